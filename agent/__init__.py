@@ -1,0 +1,1 @@
+"""The coding agent: OpenAI-compatible client, tools, approvals, loop, sessions, context, Slipstream."""

@@ -1,0 +1,1 @@
+"""CUDA kernels (NVRTC through CuPy) and the CUDA backend."""

@@ -1,0 +1,5 @@
+"""`python -m openjet` runs the CLI."""
+
+from openjet.cli import main
+
+main()

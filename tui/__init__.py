@@ -1,0 +1,1 @@
+"""The Textual TUI. Only this package imports textual."""
