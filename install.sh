@@ -5,6 +5,7 @@
 #                             `openjet` linked into ~/.local/bin
 #   ./install.sh --venv DIR   the same, with the venv in DIR
 #   ./install.sh --dev        editable install of this checkout with the dev extra into ./.venv
+#   --dry-run                 print the plan (venv, extras) and change nothing
 #
 # Idempotent: a rerun with nothing changed installs nothing (a stamp in the venv records what
 # was installed), so it also works offline once done.
@@ -13,6 +14,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="user"
 venv=""
+dry_run=0
 
 say() { printf 'install.sh: %s\n' "$*"; }
 die() { printf 'install.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -20,9 +22,10 @@ die() { printf 'install.sh: error: %s\n' "$*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --dev) mode="dev" ;;
+    --dry-run) dry_run=1 ;;
     --venv) [ $# -ge 2 ] || die "--venv needs a directory"; venv="$2"; shift ;;
     --venv=*) venv="${1#--venv=}" ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) die "unknown option '$1' (try --help)" ;;
   esac
   shift
@@ -83,6 +86,11 @@ spec="$here"
 [ -n "$extras" ] && spec="$here[$extras]"
 stamp_value="$mode|$extras|$(cat "$here/pyproject.toml" "$here/openjet/__init__.py" | cksum)"
 [ "$mode" = "user" ] && stamp_value="$stamp_value|$(cd "$here" && git rev-parse HEAD 2>/dev/null || date +%s)"
+
+if [ "$dry_run" = 1 ]; then
+  say "plan: mode=$mode venv=$venv extras=${extras:-none}"
+  exit 0
+fi
 
 # --- the venv -------------------------------------------------------------------------------
 if [ ! -x "$venv/bin/python" ]; then

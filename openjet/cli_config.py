@@ -28,7 +28,7 @@ def config_show(
     try:
         config = load_config()
     except ConfigError as exc:
-        _err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        _err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
     values = config.as_dict()
     if as_json:
@@ -45,6 +45,6 @@ def config_set(key: str, value: str) -> None:
     try:
         config = set_value(key, value)
     except ConfigError as exc:
-        _err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        _err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
     typer.echo(f"{key} = {json.dumps(config.get(key))}  ({config.path})")

@@ -62,7 +62,9 @@ SCHEMA: dict[str, Setting] = {
     "engine.slots": Setting(int, 4, "parallel agent slots", minimum=1, maximum=8),
     "engine.context_size": Setting(int, 131072, "KV pool size in tokens", minimum=256),
     "engine.n_draft": Setting(int, 2, "speculative draft tokens per slot", minimum=0, maximum=4),
-    "engine.speculation": Setting(str, "mtp", "draft source", ("off", "mtp", "lookup", "mtp+lookup")),
+    "engine.speculation": Setting(
+        str, "mtp", "draft source", ("off", "mtp", "lookup", "mtp+lookup")
+    ),
     "engine.checkpoint_interval": Setting(
         int, 2048, "tokens between DeltaNet state checkpoints", minimum=64
     ),
@@ -120,7 +122,7 @@ def _validate(key: str, value: Any, setting: Setting, where: Path) -> Value:
         raise fail(f"must be at most {setting.maximum:g}")
     if setting.check and (problem := setting.check(value)):
         raise fail(problem)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -19,7 +19,7 @@ REAL_CACHE_DIR: Path = Path(os.environ.get("OPENJET_TEST_CACHE", str(paths.cache
 
 def cuda_device_usable() -> bool:
     try:
-        import cupy  # type: ignore[import-not-found]
+        import cupy
 
         return bool(cupy.cuda.runtime.getDeviceCount() > 0)
     except Exception:
