@@ -74,8 +74,11 @@ SCHEMA: dict[str, Setting] = {
     "agent.allow_commands": Setting(list, [], "command prefixes that run without asking"),
     "agent.profile": Setting(str, "local", "model profile agents use by default"),
     "agent.shell_timeout": Setting(int, 120, "seconds before a command is killed", minimum=1),
+    "agent.max_tokens": Setting(int, 0, "most tokens per model reply (0: no limit)", minimum=0),
     "slipstream.profile": Setting(str, "openrouter", "profile of the orchestrator model"),
     "slipstream.model": Setting(str, "", "orchestrator model name"),
+    "slipstream.timeout_s": Setting(int, 180, "seconds to wait for the orchestrator", minimum=1),
+    "slipstream.max_wait_s": Setting(int, 60, "longest Retry-After wait on 429", minimum=0),
     "airgapped": Setting(bool, False, "refuse every non-loopback endpoint"),
     "tui.theme": Setting(str, "textual-dark", "Textual theme"),
 }

@@ -1,0 +1,330 @@
+"""Decode-step benchmark on the full Qwen3.8-27B shape in the Q4_K_M mix, random weights made on
+the GPU (no file needed).
+
+One run prints a manifest (GPU, clocks, driver, CUDA, commit), measures the card's read bandwidth
+(device-to-device copy), then times, as CUDA-graph replays:
+  * the weight pass alone (every trunk matrix + LM head, one product each, in layer order),
+  * the whole decode step of engine/cuda/backend.py (when --step) at 1, 2, 4, 8, 12, 16, 20 rows,
+  * prefill throughput at 512 and 8192 tokens (--step),
+and prints achieved GB/s and the ratio to the floor (weight bytes / measured bandwidth).
+Usage: python bench/decode.py [--rows 1,2,4,...] [--step] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import manifest  # noqa: E402
+from engine.cuda import kernels, weights  # noqa: E402
+from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type  # noqa: E402
+
+
+def time_graph(launch: Callable[[], None], reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of one replay of a CUDA graph holding what `launch` enqueues."""
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        launch()  # compile / load outside the capture
+        stream.synchronize()
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
+    for _ in range(warmup):
+        graph.launch(stream)
+    times = []
+    for _ in range(reps):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        graph.launch(stream)
+        end.record(stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_bandwidth(nbytes: int = 4 << 30) -> float:
+    """Bytes read + written per second by a device-to-device copy (the read-bandwidth ceiling)."""
+    import cupy as cp
+
+    src = cp.random.default_rng(0).integers(0, 255, size=nbytes, dtype=cp.uint8)
+    dst = cp.empty_like(src)
+
+    def copy() -> None:
+        stream = cp.cuda.get_current_stream()
+        cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, stream.ptr)  # D2D
+
+    seconds = time_graph(copy, reps=10)
+    return 2 * nbytes / seconds
+
+
+def read_bandwidth(nbytes: int = 4 << 30) -> float:
+    """Bytes read per second by a sum over a large array (what a weight pass needs)."""
+    import cupy as cp
+
+    x = cp.random.default_rng(0).standard_normal(nbytes // 4, dtype=cp.float32)
+    x.sum()  # warm-up (CUB)
+    times = []
+    for _ in range(7):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        x.sum()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return nbytes / sorted(times)[3]
+
+
+def model_matrices(preset: str = "27b", quant: str = "q4_k_m") -> list[weights.GpuWeight]:
+    """Every 2-D weight of the trunk and the LM head (no embedding, no MTP) as random blocks."""
+    p = PRESETS[preset]
+    out = []
+    for i, spec in enumerate(tensor_specs(p)):
+        if len(spec.shape) != 2 or spec.name == "token_embd.weight" or ".ssm_conv1d." in spec.name:
+            continue
+        if spec.name.startswith(f"blk.{p.n_layer}."):
+            continue  # the MTP block does not run in the trunk step
+        rows, cols = spec.shape
+        out.append(weights.random_weight(spec.name, tensor_type(spec, p, quant), rows, cols, i))
+    return out
+
+
+def weight_pass(mats: list[weights.GpuWeight], n_rows: int) -> tuple[float, int]:
+    """Seconds of one graph of every product at n_rows rows, and the weight bytes read."""
+    import cupy as cp
+
+    kmax = max(m.cols for m in mats)
+    nmax = max(m.rows for m in mats)
+    x = cp.random.default_rng(1).standard_normal((n_rows, kmax), dtype=cp.float32)
+    y = cp.empty((n_rows, nmax), dtype=cp.float32)
+
+    def launch() -> None:
+        for m in mats:
+            kernels.matmul(m, x, y)
+
+    return time_graph(launch), sum(m.nbytes for m in mats)
+
+
+def step_layouts(n_rows: int) -> tuple[int, int]:
+    """(slots, rows per slot) for a decode step of n_rows rows: <= 8 slots, <= 5 rows each."""
+    for per in (1, 2, 3, 4, 5):
+        if n_rows % per == 0 and n_rows // per <= 8:
+            return n_rows // per, per
+    raise ValueError(f"no layout for {n_rows} rows")
+
+
+def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, Any]]:
+    """Graph-replay time of whole decode steps (trunk + LM head + draws) at `context` tokens."""
+    import numpy as np
+
+    from engine.cuda.forward import Layout
+
+    ws, out = backend.ws, []
+    for n in rows:
+        slots, per = step_layouts(n)
+        T = slots * per
+        pos = np.concatenate([np.arange(context, context + per) for _ in range(slots)])
+        ws.row_tok[:T].set(np.arange(T, dtype=np.int32) * 7)
+        ws.row_pos[:T].set(pos.astype(np.int32))
+        ws.row_slot[:T].set(np.repeat(np.arange(slots), per).astype(np.int32))
+        ws.row_first[:T].set(np.repeat(np.arange(slots) * per, per).astype(np.int32))
+        seg = np.array(
+            [np.arange(slots), np.arange(slots) * per, [per] * slots, [1] * slots, [per] * slots]
+        )
+        full = np.zeros(ws.seg.shape, np.int32)
+        full[:, :slots] = seg
+        ws.seg.set(full)
+        ws.sample_idx[:T].set(np.arange(T, dtype=np.int32))
+        lay = Layout(T, slots, T, True)
+
+        def launch(lay: Layout = lay) -> None:
+            backend.fwd.step_launches(lay)
+
+        seconds = time_graph(launch)
+        out.append({"rows": n, "slots": slots, "ms": seconds * 1e3})
+    return out
+
+
+def breakdown(backend: Any, n_rows: int, context: int) -> dict[str, float]:
+    """Per-op share of one decode step: the step timed with one kind of op left out."""
+    from engine.cuda import kernels
+
+    full = decode_steps(backend, [n_rows], context)[0]["ms"]
+    ops = backend.fwd.ops
+    parts = {
+        "weight products": [(kernels, "matmul")],
+        "deltanet conv+recurrence": [(ops, "dn_conv"), (ops, "dn_recur"), (ops, "dn_conv_commit")],
+        "attention prep+core": [(ops, "attn_prep"), (ops, "attention")],
+        "norms+swiglu+embed": [(ops, "rmsnorm"), (ops, "swiglu"), (kernels, "embed")],
+        "sampling": [(ops, "sample")],
+    }
+    result = {"full step": full}
+    for name, fns in parts.items():
+        saved = [(obj, attr, getattr(obj, attr)) for obj, attr in fns]
+        for obj, attr, _ in saved:
+            setattr(obj, attr, lambda *a, **k: None)
+        try:
+            result[name] = full - decode_steps(backend, [n_rows], context)[0]["ms"]
+        finally:
+            for obj, attr, fn in saved:
+                setattr(obj, attr, fn)
+    return result
+
+
+def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
+    """Tokens per second of a prompt of n_tokens in chunks through CudaBackend.step."""
+    import time
+
+    import cupy as cp
+
+    from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
+
+    backend.reset_slot(0)
+    tokens = [(i * 7919) % 1000 for i in range(n_tokens)]
+    cp.cuda.Device().synchronize()
+    start = time.perf_counter()
+    for i in range(0, n_tokens, chunk):
+        part = tuple(tokens[i : i + chunk])
+        backend.step(
+            StepPlan((SlotStep(0, RowKind.PREFILL, part, i, GREEDY, sample=i + chunk >= n_tokens),))
+        )
+    cp.cuda.Device().synchronize()
+    return n_tokens / (time.perf_counter() - start)
+
+
+VARIANTS = [(2, 4, 2, 1, 3), (2, 4, 3, 1, 4), (1, 4, 3, 1, 3)]  # mt, nw, minb, mt1, minb1
+
+
+def model_products(model: Any) -> list[weights.GpuWeight]:
+    """The (fused) weights one trunk step reads, in layer order, plus the LM head."""
+    mats = []
+    for layer in model.layers:
+        mats += [p.weight for p in layer.mixer_in] + [layer.mixer_out]
+        mats += [p.weight for p in layer.ffn_in] + [layer.ffn_down]
+    return [*mats, model.output]
+
+
+def matmul_variants(model: Any, rows: list[int], floor: float) -> list[dict[str, Any]]:
+    """The weight pass of the backend's fused products under each kernel tiling."""
+    from engine.cuda import build
+
+    mats, out = model_products(model), []
+    default = build.MATMUL_CONFIG
+    try:
+        for mt, nw, minb, mt1, minb1 in VARIANTS:
+            build.MATMUL_CONFIG = build.MatmulConfig(mt, nw, minb, mt1, minb1)
+            for n in rows:
+                seconds, nbytes = weight_pass(mats, n)
+                out.append(
+                    {
+                        "mt": mt,
+                        "nw": nw,
+                        "min_blocks": minb,
+                        "rows": n,
+                        "ms": seconds * 1e3,
+                        "x_floor": seconds / floor,
+                    }
+                )
+                print(
+                    f"variant mt={mt} nw={nw} minb={minb} rows={n:3d}: {seconds * 1e3:8.3f} ms  {nbytes / seconds / 1e9:7.1f} GB/s  {seconds / floor:5.2f}x floor",
+                    flush=True,
+                )
+    finally:
+        build.MATMUL_CONFIG = default
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,2,4,8,12,16,20")
+    parser.add_argument("--step", action="store_true", help="time whole backend steps too")
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--variants", action="store_true", help="time matmul tilings, then stop")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = [int(r) for r in args.rows.split(",")]
+    info: dict[str, Any] = {"manifest": manifest()}
+    print(json.dumps(info["manifest"]), flush=True)
+    copy_bw, read_bw = copy_bandwidth(), read_bandwidth()
+    bw = max(copy_bw, read_bw)
+    info.update(copy_bandwidth_Bps=copy_bw, read_bandwidth_Bps=read_bw)
+    print(
+        f"copy (read+write) {copy_bw / 1e12:.3f} TB/s, read-only sum {read_bw / 1e12:.3f} TB/s",
+        flush=True,
+    )
+    if args.step:
+        from engine.cuda.backend import CudaBackend
+        from engine.cuda.model import random_model
+
+        model = random_model("27b")
+        total = model.weight_bytes
+        floor = total / bw
+        print(
+            f"copy bandwidth {bw / 1e12:.3f} TB/s; weights {total / 1e9:.2f} GB; floor {floor * 1e3:.3f} ms",
+            flush=True,
+        )
+        if args.variants:
+            info["variants"] = matmul_variants(model, [1, 8, 20], floor)
+            if args.json:
+                args.json.write_text(json.dumps(info, indent=2))
+            return 0
+        backend = CudaBackend(model, n_slots=8, kv_tokens=16384, max_rows=512)
+        table = decode_steps(backend, rows, args.context)
+        for r in table:
+            r["tok_per_s_per_row"] = 1e3 / r["ms"]
+            r["GBps"] = total / (r["ms"] / 1e3) / 1e9
+            r["x_floor"] = r["ms"] / 1e3 / floor
+            print(
+                f"decode step rows={r['rows']:3d} ({r['slots']} slots): {r['ms']:8.3f} ms  {r['GBps']:7.1f} GB/s  {r['x_floor']:5.2f}x floor  {1e3 / r['ms'] * r['rows']:8.1f} tok/s",
+                flush=True,
+            )
+        info.update(floor_s=floor, weight_bytes=total, decode=table)
+        info["breakdown_1row_ms"] = breakdown(backend, 1, args.context)
+        print(
+            "per-op (1 row):",
+            json.dumps({k: round(v, 3) for k, v in info["breakdown_1row_ms"].items()}),
+            flush=True,
+        )
+        info["prefill_tok_per_s"] = {n: prefill(backend, n) for n in (512, 8192)}
+        print("prefill tok/s:", info["prefill_tok_per_s"], flush=True)
+    else:
+        mats = model_matrices()
+        total = sum(m.nbytes for m in mats)
+        floor = total / bw
+        info.update(weight_bytes=total, floor_s=floor)
+        print(
+            f"copy bandwidth {bw / 1e12:.3f} TB/s; weights {total / 1e9:.2f} GB; floor {floor * 1e3:.3f} ms",
+            flush=True,
+        )
+        rows_table = []
+        for n in rows:
+            seconds, nbytes = weight_pass(mats, n)
+            rows_table.append(
+                {
+                    "rows": n,
+                    "ms": seconds * 1e3,
+                    "GBps": nbytes / seconds / 1e9,
+                    "x_floor": seconds / floor,
+                }
+            )
+            print(
+                f"weight pass rows={n:3d}: {seconds * 1e3:8.3f} ms  {nbytes / seconds / 1e9:8.1f} GB/s  {seconds / floor:5.2f}x floor",
+                flush=True,
+            )
+        info["weight_pass"] = rows_table
+    if args.json:
+        args.json.write_text(json.dumps(info, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

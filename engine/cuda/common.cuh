@@ -1,0 +1,101 @@
+// Shared helpers for every OpenJet kernel: fixed-width types, half-precision conversions and
+// arithmetic through inline PTX (so NVRTC needs no CUDA headers), warp/block reductions.
+// Everything here is portable to sm_80 and later; nothing Hopper-only.
+#pragma once
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+
+#ifndef OJ_EPS
+#define OJ_EPS 1e-6f
+#endif
+
+#define OJ_DEV __device__ __forceinline__
+#define OJ_INF __int_as_float(0x7f800000)
+
+// ---- half <-> float (bit patterns held in u16 / u32 so no header type is needed) ----------
+OJ_DEV float h2f(u16 h) {
+    float f;
+    asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
+    return f;
+}
+OJ_DEV u16 f2h(float f) {
+    u16 h;
+    asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
+    return h;
+}
+// Two floats -> one f16x2 register; `lo` goes to the low 16 bits (the lower k index in mma).
+OJ_DEV u32 pack_h2(float lo, float hi) {
+    return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
+}
+OJ_DEV u32 h2_splat(float f) {
+    u32 h = f2h(f);
+    return h | (h << 16);
+}
+OJ_DEV u32 hsub2(u32 a, u32 b) {
+    u32 d;
+    asm("{ sub.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+OJ_DEV u32 hmul2(u32 a, u32 b) {
+    u32 d;
+    asm("{ mul.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+OJ_DEV u32 hfma2(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("{ fma.rn.f16x2 %0, %1, %2, %3; }" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+OJ_DEV float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
+
+// ---- math ---------------------------------------------------------------------------------
+OJ_DEV float silu_f(float x) { return x / (1.0f + __expf(-x)); }
+OJ_DEV float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+OJ_DEV float softplus_f(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }
+
+// ---- reductions (fixed order: results do not depend on anything but the inputs) ----------
+OJ_DEV float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+OJ_DEV float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Block-wide sum; `scratch` holds >= 32 floats. All threads get the result.
+OJ_DEV float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int w = 0; w < nw; ++w) t += scratch[w];
+    return t;
+}
+OJ_DEV float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = -OJ_INF;
+    for (int w = 0; w < nw; ++w) t = fmaxf(t, scratch[w]);
+    return t;
+}
+
+// ---- ggml type ids ------------------------------------------------------------------------
+#define GGML_F32 0
+#define GGML_F16 1
+#define GGML_Q8_0 8
+#define GGML_Q4_K 12
+#define GGML_Q5_K 13
+#define GGML_Q6_K 14
+#define GGML_BF16 30

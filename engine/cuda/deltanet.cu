@@ -1,0 +1,143 @@
+// Gated DeltaNet (spec section 4.4): causal depthwise conv + SiLU + L2 norm, the delta-rule
+// recurrence with the gated RMSNorm output, and the commit of conv/recurrent state.
+//
+// Compile-time dims: DN_DK (key head dim), DN_DV (value head dim), DN_HK (key heads).
+// A step's rows are grouped in segments, one per slot: rows seg_start[s] .. + seg_rows[s] - 1
+// are consecutive positions of state slot seg_slot[s].
+// Rollback without copies: the recurrence keeps the state in registers and writes it back only
+// for segments with seg_commit[s] = 1 (no drafts). Segments with drafts are replayed after the
+// verification over the accepted rows only (dn_recur with y = nullptr), from the untouched state.
+//
+// Buffers (per DeltaNet layer; a launch may cover several layers through blockIdx.z and the
+// *_lstride arguments, in elements):
+//   mix      f32 [T][ldm]        first C = 2*DN_HK*DN_DK + HV*DN_DV columns: pre-conv q|k|v
+//   u        f32 [T][C]          after conv + SiLU (+ L2 norm on q and k)
+//   conv_w   f32 [C][4]          tap 3 multiplies the current row
+//   conv_st  f32 [slots][3][C]   the last three pre-conv rows, oldest first
+//   z        f32 [T][ldz]        output gate (HV*DN_DV used)
+//   beta,alpha f32 [T][ldg]      projections (HV used)
+//   ssm_a, dt_bias f32 [HV];  ssm_norm f32 [DN_DV]
+//   state    f32 [slots][HV][DN_DK][DN_DV]   S[i][c], c contiguous
+//   y        f32 [T][HV*DN_DV]   gated-norm output (nullptr: replay, no output)
+#include "common.cuh"
+
+#ifndef DN_DK
+#define DN_DK 128
+#endif
+#ifndef DN_DV
+#define DN_DV 128
+#endif
+#ifndef DN_HK
+#define DN_HK 16
+#endif
+
+// One channel of one row: conv over (state, earlier rows of the segment, this row), then SiLU.
+OJ_DEV float dn_conv_channel(const float* mix, int ldm, const float* conv_w, const float* conv_st,
+                             int C, int t, int i_in_seg, int c) {
+    float acc = conv_w[4 * c + 3] * mix[(size_t)t * ldm + c];
+#pragma unroll
+    for (int k = 1; k <= 3; ++k) {
+        const int j = i_in_seg - k;
+        const float x = j >= 0 ? mix[(size_t)(t - k) * ldm + c] : conv_st[(size_t)(3 + j) * C + c];
+        acc += conv_w[4 * c + 3 - k] * x;
+    }
+    return silu_f(acc);
+}
+
+// grid (C / DN_DK, T), block DN_DK.  row_slot/row_first: i32 [T]; mix rows ldm apart.
+extern "C" __global__ void dn_conv(const float* mix, int ldm, const float* conv_w,
+                                   const float* conv_st, float* u, const int* row_slot,
+                                   const int* row_first, int C) {
+    __shared__ float scratch[32];
+    const int t = blockIdx.y, c = blockIdx.x * DN_DK + threadIdx.x;
+    conv_st += (size_t)row_slot[t] * 3 * C;
+    float v = dn_conv_channel(mix, ldm, conv_w, conv_st, C, t, t - row_first[t], c);
+    if (blockIdx.x < 2 * DN_HK) {  // q and k heads: L2 norm, eps inside the square root
+        const float ss = block_sum(v * v, scratch);
+        v *= rsqrtf(ss + OJ_EPS);
+    }
+    u[(size_t)t * C + c] = v;
+}
+
+// New conv state after keeping the first seg_keep[s] rows of each segment.
+// grid (ceil(C/256), segments, layers), block 256.
+extern "C" __global__ void dn_conv_commit(const float* mix, int ldm, float* conv_st,
+                                          const int* seg_slot, const int* seg_start,
+                                          const int* seg_keep, int C, long long mix_lstride,
+                                          long long st_lstride) {
+    const int s = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x, keep = seg_keep[s];
+    if (c >= C || keep <= 0) return;
+    mix += blockIdx.z * mix_lstride + (size_t)seg_start[s] * ldm;
+    float* st = conv_st + blockIdx.z * st_lstride + (size_t)seg_slot[s] * 3 * C;
+    float nv[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+        const int idx = keep + j;  // index into [st0, st1, st2, row0, row1, ...]
+        nv[j] = idx < 3 ? st[(size_t)idx * C + c] : mix[(size_t)(idx - 3) * ldm + c];
+    }
+#pragma unroll
+    for (int j = 0; j < 3; ++j) st[(size_t)j * C + c] = nv[j];
+}
+
+// The delta rule for one value head over the rows of one segment; thread c owns column c.
+// grid (HV, segments, layers), block DN_DV.
+extern "C" __global__ void __launch_bounds__(DN_DV)
+    dn_recur(const float* u, const float* z, int ldz, const float* beta, const float* alpha,
+             int ldg, const float* ssm_a, const float* dt_bias, const float* ssm_norm,
+             float* state, float* y, const int* seg_slot, const int* seg_start,
+             const int* seg_rows, const int* seg_commit, int HV, long long u_lstride,
+             long long g_lstride, long long p_lstride, long long st_lstride) {
+    __shared__ float qs[DN_DK], ks[DN_DK], scratch[32];
+    const int j = blockIdx.x, s = blockIdx.y, c = threadIdx.x, g = j % DN_HK;
+    const int C = 2 * DN_HK * DN_DK + HV * DN_DV;
+    u += blockIdx.z * u_lstride;
+    beta += blockIdx.z * g_lstride;
+    alpha += blockIdx.z * g_lstride;
+    ssm_a += blockIdx.z * p_lstride;
+    dt_bias += blockIdx.z * p_lstride;
+    ssm_norm += blockIdx.z * (long long)DN_DV;
+    float* S = state + blockIdx.z * st_lstride + (((size_t)seg_slot[s] * HV + j) * DN_DK) * DN_DV;
+
+    float st[DN_DK];
+#pragma unroll
+    for (int i = 0; i < DN_DK; ++i) st[i] = S[(size_t)i * DN_DV + c];
+
+    const float qscale = rsqrtf((float)DN_DK);
+    const int t0 = seg_start[s], nrows = seg_rows[s];
+    for (int r = 0; r < nrows; ++r) {
+        const int t = t0 + r;
+        const float* ut = u + (size_t)t * C;
+        __syncthreads();  // previous row finished reading qs/ks
+        for (int i = c; i < DN_DK; i += DN_DV) {
+            qs[i] = ut[g * DN_DK + i] * qscale;
+            ks[i] = ut[DN_HK * DN_DK + g * DN_DK + i];
+        }
+        __syncthreads();
+        const float v = ut[2 * DN_HK * DN_DK + j * DN_DV + c];
+        const float b = sigmoid_f(beta[(size_t)t * ldg + j]);
+        const float decay = __expf(ssm_a[j] * softplus_f(alpha[(size_t)t * ldg + j] + dt_bias[j]));
+        float rk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DN_DK; ++i) {
+            st[i] *= decay;
+            rk += st[i] * ks[i];
+        }
+        const float delta = b * (v - rk);
+        float o = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DN_DK; ++i) {
+            st[i] += ks[i] * delta;
+            o += st[i] * qs[i];
+        }
+        if (y != nullptr) {  // gated RMSNorm over the head's DN_DV outputs
+            const float ms = block_sum(o * o, scratch) / (float)DN_DV;
+            const float zz = z[(size_t)t * ldz + j * DN_DV + c];
+            y[(size_t)t * HV * DN_DV + j * DN_DV + c] =
+                o * rsqrtf(ms + OJ_EPS) * ssm_norm[c] * silu_f(zz);
+        }
+    }
+    if (seg_commit[s]) {
+#pragma unroll
+        for (int i = 0; i < DN_DK; ++i) S[(size_t)i * DN_DV + c] = st[i];
+    }
+}

@@ -1,0 +1,262 @@
+"""One trunk step on the GPU: the buffers (`Workspace`) and the launch sequence of a forward pass
+over T rows of several slots, the LM head on the rows that sample, the on-device draw, and the
+DeltaNet replay after verification. The sequence holds no host logic between launches, so a
+step is captured once per row layout (T, segments, sampled rows) and replayed as a CUDA graph;
+the per-step row metadata lives in device arrays written before each replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.cuda import kernels
+from engine.cuda.kernels import Ops
+from engine.cuda.model import CudaModel
+
+PENALTY_SLOTS = 80  # distinct penalty tokens per sampled row (window 64 + drafts)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The shape of one pass: what a captured graph depends on."""
+
+    n_rows: int  # T
+    n_seg: int  # S (one segment per slot)
+    n_sample: int  # M rows through the LM head
+    saved: bool  # DeltaNet inputs kept per layer (T <= t_save) for a replay
+
+
+class Workspace:
+    """Every device buffer of the step (shapes in comments; E = n_embd, C = conv channels)."""
+
+    def __init__(self, model: CudaModel, n_slots: int, kv_tokens: int, page_size: int, max_rows: int, max_sample: int, t_save: int = 64) -> None:  # fmt: skip
+        import cupy as cp
+
+        d = model.dims
+        f32, i32 = cp.float32, cp.int32
+        n_dn = sum(d.recurrent)
+        n_att = len(d.recurrent) - n_dn
+        C, P, PA, dv = d.conv_channels, d.dn_proj_width, d.att_proj_width, d.ssm_d_state
+        self.t_save, self.max_rows, self.max_sample = min(t_save, max_rows), max_rows, max_sample
+        self.x = cp.zeros((max_rows, d.n_embd), f32)  # residual stream
+        self.a = cp.zeros((max_rows, d.n_embd), f32)  # normed input of a product
+        self.proj_save = cp.zeros((max(n_dn, 1), self.t_save, P), f32)  # per-layer DN projections
+        self.u_save = cp.zeros((max(n_dn, 1), self.t_save, C), f32)  # per-layer conv outputs
+        self.proj_big = cp.zeros((max_rows, P), f32)  # (long passes: no replay)
+        self.u_big = cp.zeros((max_rows, C), f32)
+        self.yd = cp.zeros((max_rows, d.ssm_n_v_heads * dv), f32)  # gated-norm output
+        self.pa = cp.zeros((max_rows, PA), f32)  # q+gate | k | v
+        self.qn = cp.zeros((max_rows, d.n_head, d.head_dim), f32)  # normed, rotated q
+        self.ya = cp.zeros((max_rows, d.n_head * d.head_dim), f32)  # gated attention out
+        self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
+        self.h = cp.zeros((max_rows, d.n_ff), f32)
+        self.hs = cp.zeros((max_sample, d.n_embd), f32)  # sampled rows' normed hidden
+        self.logits = cp.zeros((max_sample, d.n_vocab), f32)
+        # sequence state: [layer][slot]...
+        self.rec = cp.zeros((max(n_dn, 1), n_slots, d.ssm_n_v_heads, dv, dv), f32)
+        self.conv = cp.zeros((max(n_dn, 1), n_slots, 3, C), f32)
+        hkv, hd = d.n_head_kv, d.head_dim
+        pool_rows = kv_tokens // page_size * page_size
+        self.kq = cp.zeros((max(n_att, 1), pool_rows, hkv, hd), cp.int8)  # q8_0 K quants
+        self.kd = cp.zeros((max(n_att, 1), pool_rows, hkv, hd // 32), cp.float16)  # K scales
+        self.vq = cp.zeros_like(self.kq)
+        self.vd = cp.zeros_like(self.kd)
+        self.page_table = cp.zeros((n_slots, -(-d.context_length // page_size)), i32)
+        # per-step metadata
+        self.row_tok, self.row_pos = cp.zeros(max_rows, i32), cp.zeros(max_rows, i32)
+        self.row_slot, self.row_first = cp.zeros(max_rows, i32), cp.zeros(max_rows, i32)
+        self.seg = cp.zeros((5, n_slots), i32)  # slot, start, rows, commit, keep
+        self.rseg = cp.zeros((5, n_slots), i32)  # the same for the replay
+        self.sample_idx = cp.zeros(max_sample, i32)
+        self.fparams = cp.zeros((max_sample, 8), f32)
+        self.iparams = cp.zeros((max_sample, 4), i32)
+        self.pen_off = cp.zeros(max_sample + 1, i32)
+        self.pen_tok = cp.zeros(max_sample * PENALTY_SLOTS, i32)
+        self.pen_cnt = cp.zeros(max_sample * PENALTY_SLOTS, i32)
+        self.out_tok = cp.zeros(max_sample, i32)
+
+    def pool(self, att_index: int) -> tuple[Any, Any, Any, Any]:
+        return (self.kq[att_index], self.kd[att_index], self.vq[att_index], self.vd[att_index])
+
+    def copy_page(self, src: int, dst: int, n_tokens: int, page_size: int) -> None:
+        """Copy-on-write of KV page src's first n_tokens rows into page dst, every layer."""
+        for buf in (self.kq, self.kd, self.vq, self.vd):
+            buf[:, dst * page_size : dst * page_size + n_tokens] = buf[
+                :, src * page_size : src * page_size + n_tokens
+            ]
+
+
+class Forward:
+    """The launch sequence of a step over a Workspace."""
+
+    def __init__(self, model: CudaModel, ws: Workspace, ops: Ops) -> None:
+        self.m, self.ws, self.ops = model, ws, ops
+        self._graphs: dict[Layout, Any] = {}
+        self.att_parts = ops.attention_parts(ws.max_rows)  # context-split scratch
+
+    def trunk(self, lay: Layout) -> None:
+        """Embedding, every layer, final norm (into ws.a) for the first n_rows rows."""
+        m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
+        T, S = lay.n_rows, lay.n_seg
+        x, a = ws.x[:T], ws.a[:T]
+        kernels.embed(m.token_embd, ws.row_tok[:T], x)
+        for layer in m.layers:
+            ops.rmsnorm(x, layer.attn_norm, a, d.rms_eps)
+            if layer.recurrent:
+                self._deltanet(layer, T, S, lay.saved)
+            else:
+                self._attention(layer, T)
+            ops.rmsnorm(x, layer.post_norm, a, d.rms_eps)
+            for p in layer.ffn_in:
+                kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows])
+            ops.swiglu(ws.gu[:T], ws.h[:T])
+            kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True)
+        ops.rmsnorm(x, m.output_norm, a, d.rms_eps)
+
+    def _deltanet(self, layer: Any, T: int, S: int, saved: bool) -> None:
+        m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
+        i, C, hv = layer.dn_index, d.conv_channels, d.ssm_n_v_heads
+        proj = ws.proj_save[i, :T] if saved else ws.proj_big[:T]
+        u = ws.u_save[i, :T] if saved else ws.u_big[:T]
+        for p in layer.mixer_in:
+            kernels.matmul(p.weight, ws.a[:T], proj[:, p.offset : p.offset + p.weight.rows])
+        ops.dn_conv(proj, layer.conv_w, ws.conv[i], u, ws.row_slot, ws.row_first)
+        zo = C + hv * d.ssm_d_state
+        z, beta, alpha = proj[:, C:], proj[:, zo:], proj[:, zo + hv :]
+        ops.dn_recur(
+            u,
+            z,
+            beta,
+            alpha,
+            m.ssm_a[i],
+            m.dt_bias[i],
+            m.ssm_norm[i],
+            ws.rec[i],
+            ws.yd[:T],
+            ws.seg,
+            S,
+            hv,
+        )
+        ops.dn_conv_commit(proj, C, ws.conv[i], ws.seg, S)
+        kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True)
+
+    def _attention(self, layer: Any, T: int) -> None:
+        ws, ops, d = self.ws, self.ops, self.m.dims
+        pa = ws.pa[:T]
+        for p in layer.mixer_in:
+            kernels.matmul(p.weight, ws.a[:T], pa[:, p.offset : p.offset + p.weight.rows])
+        qw = 2 * d.n_head * d.head_dim
+        kf, vf = pa[:, qw:], pa[:, qw + d.n_head_kv * d.head_dim :]
+        pool = ws.pool(layer.att_index)
+        meta = (ws.page_table, ws.row_slot, ws.row_pos)
+        ops.attn_prep(
+            pa, kf, vf, layer.q_norm, layer.k_norm, ws.qn[:T], pool, *meta, d.rope_freq_base
+        )
+        ops.attention(ws.qn[:T], pa, pool, *meta, d.attention_scale, ws.ya[:T], self.att_parts)
+        kernels.matmul(layer.mixer_out, ws.ya[:T], ws.x[:T], accumulate=True)
+
+    def head(self, M: int) -> None:
+        """LM head over the M gathered rows (ws.sample_idx) into ws.logits."""
+        ws = self.ws
+        self.ops.gather(ws.a, ws.sample_idx[:M], ws.hs[:M])
+        kernels.matmul(self.m.output, ws.hs[:M], ws.logits[:M])
+
+    def draw(self, M: int) -> None:
+        ws = self.ws
+        self.ops.sample(
+            ws.logits[:M],
+            ws.fparams[:M],
+            ws.iparams[:M],
+            ws.pen_off[: M + 1],
+            ws.pen_tok,
+            ws.pen_cnt,
+            ws.out_tok[:M],
+        )
+
+    def step_launches(self, lay: Layout) -> None:
+        self.trunk(lay)
+        if lay.n_sample:
+            self.head(lay.n_sample)
+            self.draw(lay.n_sample)
+
+    def run(self, lay: Layout, use_graph: bool = True) -> None:
+        """The whole pass; the first run of a layout captures it, later runs replay it."""
+        import cupy as cp
+
+        if not use_graph:
+            self.step_launches(lay)
+            return
+        graph = self._graphs.get(lay)
+        stream = cp.cuda.get_current_stream()
+        if graph is None:
+            self.step_launches(lay)  # first run: direct (also loads every kernel)
+            capture = cp.cuda.Stream(non_blocking=True)
+            stream.synchronize()
+            with capture:
+                capture.begin_capture()
+                self.step_launches(lay)
+                self._graphs[lay] = capture.end_capture()
+            return
+        graph.launch(stream)
+
+    def replay(self, n_seg: int) -> None:
+        """Re-run the accepted rows of ws.rseg's segments through every DeltaNet layer from the
+        saved state (states written, no outputs), and rebuild their conv states."""
+        ws, m, d = self.ws, self.m, self.m.dims
+        n_dn = sum(d.recurrent)
+        if n_dn == 0:
+            return
+        C, P, hv, dv, ts = (
+            d.conv_channels,
+            d.dn_proj_width,
+            d.ssm_n_v_heads,
+            d.ssm_d_state,
+            ws.t_save,
+        )
+        zo = C + hv * dv
+        proj0 = ws.proj_save[0]
+        strides = (ts * C, ts * P, hv, ws.rec[0].size)
+        self.ops.dn_recur(
+            ws.u_save[0],
+            ws.u_save[0],
+            proj0[:, zo:],
+            proj0[:, zo + hv :],
+            m.ssm_a,
+            m.dt_bias,
+            m.ssm_norm,
+            ws.rec,
+            None,
+            ws.rseg,
+            n_seg,
+            hv,
+            layers=n_dn,
+            strides=strides,
+        )
+        self.ops.dn_conv_commit(
+            proj0,
+            C,
+            ws.conv,
+            ws.rseg,
+            n_seg,
+            layers=n_dn,
+            mix_lstride=ts * P,
+            st_lstride=ws.conv[0].size,
+        )
+
+
+def penalty_lists(
+    contexts: list[list[int]], windows: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sampled row: the distinct tokens of its last `window` context tokens and their counts
+    (pen_off i32 [M+1], pen_tok, pen_cnt)."""
+    off, toks, cnts = [0], [], []
+    for ctx, window in zip(contexts, windows, strict=True):
+        if window > 0 and ctx:
+            ids, counts = np.unique(np.asarray(ctx[-window:], dtype=np.int64), return_counts=True)
+            toks += ids.tolist()
+            cnts += counts.tolist()
+        off.append(len(toks))
+    return np.array(off, np.int32), np.array(toks or [0], np.int32), np.array(cnts or [0], np.int32)

@@ -1,0 +1,260 @@
+"""Thin Python launchers for the CUDA kernels: check shapes, pick the instantiation, launch on the
+current CuPy stream (so a caller can capture a whole step into one CUDA graph). Every array
+argument is a contiguous cupy array; shapes are written next to each function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.cuda import build
+from engine.cuda.build import KernelDims
+from engine.cuda.weights import TYPE_NAMES, GpuWeight
+
+MAX_NT = 4  # activation rows per pass = 8 * NT
+
+
+ATT_SPLITS = 8  # attention.cu's default
+
+
+class LaunchError(ValueError):
+    """A kernel was called with arrays of the wrong shape or type."""
+
+
+def _i32(v: int) -> np.int32:
+    return np.int32(v)
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise LaunchError(msg)
+
+
+def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
+    """y[r][:N] (+)= W x[r][:K].  x: f32 [R][ldx >= K], y: f32 [R][ldy >= N]."""
+    R = x.shape[0]
+    _check(x.dtype == np.float32 and y.dtype == np.float32, "matmul wants f32 activations")
+    _check(
+        x.shape[1] >= w.cols and y.shape[1] >= w.rows and y.shape[0] >= R,
+        f"matmul {w.name}: bad shapes {x.shape} {y.shape}",
+    )
+    _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
+    if R == 0:
+        return
+    nt = min(MAX_NT, (R + 7) // 8)
+    cfg = build.MATMUL_CONFIG
+    fn = build.matmul_module(cfg).get_function(f"mm_{TYPE_NAMES[w.ggml_type]}_{nt}")
+    rows_per_cta = cfg.rows_per_cta(nt)
+    grid = ((w.rows + rows_per_cta - 1) // rows_per_cta, (R + 8 * nt - 1) // (8 * nt))
+    fn(
+        grid,
+        (32 * cfg.nw,),
+        (
+            *w.pointers(),
+            _i32(w.rows),
+            _i32(w.cols),
+            x,
+            _i32(x.strides[0] // 4),
+            y,
+            _i32(y.strides[0] // 4),
+            _i32(R),
+            _i32(int(accumulate)),
+        ),
+    )
+
+
+def embed(w: GpuWeight, tokens: Any, out: Any) -> None:
+    """out[t] = dequantized row tokens[t] of w.  tokens: i32 [T], out: f32 [T][K]."""
+    _check(out.shape == (tokens.shape[0], w.cols), "embed: bad output shape")
+    fn = build.matmul_module().get_function("embed_rows")
+    fn(
+        (tokens.shape[0],),
+        (256,),
+        (*w.pointers(), _i32(w.rows), _i32(w.cols), _i32(w.ggml_type), tokens, out),
+    )
+
+
+class Ops:
+    """Launchers of the op kernels compiled for one model shape."""
+
+    def __init__(self, dims: KernelDims) -> None:
+        self.dims = dims
+        self.mod = build.ops_module(dims)
+
+    def _fn(self, name: str) -> Any:
+        return self.mod.get_function(name)
+
+    def rmsnorm(self, x: Any, w: Any, y: Any, eps: float, n: int | None = None) -> None:
+        """y[t][:n] = RMSNorm_w(x[t][:n]).  x, y: f32 [T][ld]."""
+        n = w.shape[0] if n is None else n
+        self._fn("rmsnorm_rows")(
+            (x.shape[0],),
+            (256,),
+            (x, _i32(x.strides[0] // 4), w, y, _i32(y.strides[0] // 4), _i32(n), np.float32(eps)),
+        )
+
+    def swiglu(self, gu: Any, h: Any) -> None:
+        """h = silu(gu[:, :F]) * gu[:, F:].  gu: f32 [T][2F], h: f32 [T][F]."""
+        T, F = h.shape
+        self._fn("swiglu_rows")(
+            (min(4096, (T * F + 255) // 256),), (256,), (gu, h, _i32(F), _i32(T))
+        )
+
+    def gather(self, src: Any, idx: Any, dst: Any) -> None:
+        """dst[i] = src[idx[i]].  src: f32 [.][n], idx: i32 [M], dst: f32 [M][n]."""
+        self._fn("gather_rows")((idx.shape[0],), (256,), (src, idx, dst, _i32(src.shape[1])))
+
+    def dn_conv(
+        self, mix: Any, conv_w: Any, conv_st: Any, u: Any, row_slot: Any, row_first: Any
+    ) -> None:
+        """u = conv+SiLU(+L2) of mix.  mix: f32 [T][ldm >= C] (a view); u: f32 [T][C];
+        conv_w [C][4]; conv_st [slots][3][C]; row_slot, row_first: i32 [T]."""
+        T, C = u.shape
+        args = (mix, _i32(mix.strides[0] // 4), conv_w, conv_st, u, row_slot, row_first, _i32(C))
+        self._fn("dn_conv")((C // self.dims.dn_dk, T), (self.dims.dn_dk,), args)
+
+    def dn_conv_commit(
+        self,
+        mix: Any,
+        C: int,
+        conv_st: Any,
+        seg: Any,
+        n_seg: int,
+        layers: int = 1,
+        mix_lstride: int = 0,
+        st_lstride: int = 0,
+    ) -> None:
+        """Conv state after the first seg[4] rows of each segment.  seg: i32 [5][S] = slot,
+        start, rows, commit, keep.  mix: f32 [.][ldm >= C] (a view), conv_st [slots][3][C]."""
+        ldm = mix.strides[-2] // 4
+        args = (
+            mix,
+            _i32(ldm),
+            conv_st,
+            seg[0],
+            seg[1],
+            seg[4],
+            _i32(C),
+            np.int64(mix_lstride),
+            np.int64(st_lstride),
+        )
+        self._fn("dn_conv_commit")(((C + 255) // 256, n_seg, layers), (256,), args)
+
+    def dn_recur(
+        self,
+        u: Any,
+        z: Any,
+        beta: Any,
+        alpha: Any,
+        ssm_a: Any,
+        dt_bias: Any,
+        ssm_norm: Any,
+        state: Any,
+        y: Any | None,
+        seg: Any,
+        n_seg: int,
+        hv: int,
+        layers: int = 1,
+        strides: tuple[int, int, int, int] = (0, 0, 0, 0),
+    ) -> None:
+        """Delta rule per value head over each segment's seg[2] rows; the state is written back
+        where seg[3] != 0; y = None replays without output.  seg: i32 [5][S] (see above);
+        u [T][C]; z [T][ldz]; beta/alpha [T][ldg]; state [slots][hv][dk][dv]; y [T][hv*dv]."""
+        yptr = y if y is not None else np.uintp(0)
+        self._fn("dn_recur")(
+            (hv, n_seg, layers),
+            (self.dims.dn_dv,),
+            (
+                u,
+                z,
+                _i32(z.strides[0] // 4),
+                beta,
+                alpha,
+                _i32(beta.strides[0] // 4),
+                ssm_a,
+                dt_bias,
+                ssm_norm,
+                state,
+                yptr,
+                seg[0],
+                seg[1],
+                seg[2],
+                seg[3],
+                _i32(hv),
+                *(np.int64(s) for s in strides),
+            ),
+        )
+
+    def attn_prep(
+        self,
+        qg: Any,
+        kf: Any,
+        vf: Any,
+        q_norm: Any,
+        k_norm: Any,
+        q: Any,
+        pool: tuple[Any, Any, Any, Any],
+        page_table: Any,
+        row_slot: Any,
+        row_pos: Any,
+        freq_base: float,
+    ) -> None:
+        """Norm + RoPE of q and k; K/V into the q8_0 pool.  pool = (kq, kd, vq, vd)."""
+        d = self.dims
+        theta_scale = np.float32(freq_base ** (-2.0 / d.att_nrot))
+        self._fn("attn_prep")(
+            (qg.shape[0], d.att_hq + d.att_hkv),
+            (d.att_d,),
+            (
+                qg,
+                kf,
+                vf,
+                _i32(qg.strides[0] // 4),
+                q_norm,
+                k_norm,
+                q,
+                *pool,
+                page_table,
+                _i32(page_table.shape[1]),
+                row_slot,
+                row_pos,
+                theta_scale,
+            ),
+        )
+
+    def attention_parts(self, max_rows: int) -> tuple[Any, Any]:
+        """Scratch for the context split: part_o f32 [T][hkv][splits][group][d], part_ml [..][2]."""
+        import cupy as cp
+
+        d = self.dims
+        shape = (max_rows, d.att_hkv, ATT_SPLITS, d.att_hq // d.att_hkv)
+        return cp.zeros((*shape, d.att_d), cp.float32), cp.zeros((*shape, 2), cp.float32)
+
+    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any]) -> None:  # fmt: skip
+        """y = softmax(q K^T) V * sigmoid(gate) over positions 0..row_pos, split over the context
+        in ATT_SPLITS CTAs then merged.  q: f32 [T][hq][d]; y: f32 [T][hq*d]; parts from
+        attention_parts()."""
+        T, hkv = q.shape[0], self.dims.att_hkv
+        meta = (page_table, _i32(page_table.shape[1]), row_slot, row_pos)
+        args = (q, *pool, *meta, np.float32(scale), *parts)
+        self._fn("attn_decode")((T, hkv, ATT_SPLITS), (128,), args)
+        self._fn("attn_merge")((T, hkv), (256,), (qg, _i32(qg.strides[0] // 4), *parts, y))
+
+    def sample(
+        self,
+        logits: Any,
+        fparams: Any,
+        iparams: Any,
+        pen_off: Any,
+        pen_tok: Any,
+        pen_cnt: Any,
+        out: Any,
+    ) -> None:
+        """One token per logits row.  logits f32 [M][V] (modified), fparams f32 [M][8],
+        iparams i32 [M][4], pen_off i32 [M+1], pen_tok/pen_cnt i32 [P], out i32 [M]."""
+        M, V = logits.shape
+        self._fn("sample_rows")(
+            (M,), (1024,), (logits, _i32(V), fparams, iparams, pen_off, pen_tok, pen_cnt, out)
+        )

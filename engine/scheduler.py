@@ -1,0 +1,401 @@
+"""Requests → slots → backend steps: continuous batching with chunked prefill, speculation and
+prefix reuse.
+
+One engine thread calls `step_once` in a loop. Each step carries every decoding slot's group
+(pending token + drafts) and then the next chunk of every pending prompt, sharing what is left
+of the row budget equally (round-robin for the remainder), so a long prompt never stalls the
+decoders. A new request takes the idle slot — or the saved checkpoint — holding the longest
+prefix of its prompt and processes only the rest; prefill saves checkpoints where
+`engine.state.checkpoint_lengths` says. When the KV pool runs short, idle slots' caches and
+checkpoints are evicted least-recently-used first; only then does a request fail, with a message.
+
+Thread model: `submit` and `cancel` (any thread) post commands; the engine thread applies them
+between steps, so slot state is touched by one thread only. `snapshot()` returns the statistics
+published after the last step.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+
+from engine.backend import Backend, RowKind, SlotStep, StepPlan, StepResult
+from engine.drafting import DraftPolicy, DraftProvider
+from engine.prefix_cache import PrefixCache
+from engine.scheduler_events import (
+    EngineSnapshot,
+    EventSink,
+    Finished,
+    GenerationRequest,
+    Queued,
+    Started,
+    TokensOut,
+    Usage,
+)
+from engine.scheduler_plan import Job, SlotRecord, rate_of, share_rows, usage_of
+from engine.scheduler_stats import StatsBook
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_rows: int = 512  # rows per step (capped by the backend's)
+    max_chunk: int = 256  # largest prefill chunk of one slot per step
+    speculation: str = "mtp"  # off | mtp | lookup | mtp+lookup
+    n_draft: int = 2
+    checkpoint_interval: int = 2048
+    checkpoint_min_gap: int = 64
+    checkpoints: bool = True  # False: no prefix checkpoints at all (reuse of live slots only)
+    max_checkpoints: int = 32
+    force_accept: bool = False  # benchmark: accept every draft unverified
+
+
+class Scheduler:
+    """Drives one backend for many concurrent requests."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: SchedulerConfig | None = None,
+        boundary_tokens: frozenset[int] = frozenset(),
+    ) -> None:
+        self.backend = backend
+        self.config = config or SchedulerConfig()
+        self.policy = DraftPolicy(self.config.speculation, self.config.n_draft)
+        self.boundary_tokens = boundary_tokens  # message starts, e.g. <|im_start|>
+        self.slots = [SlotRecord(i) for i in range(backend.n_slots)]
+        for slot in self.slots:  # start from a known state: the backend may have served before
+            backend.reset_slot(slot.id)
+        for owner in backend.pool.owners():  # checkpoints nobody indexes any more
+            if isinstance(owner, tuple) and owner[0] == "ckpt":
+                backend.free_checkpoint(owner[1])
+        self.cache = PrefixCache(backend, self.config.max_checkpoints)
+        self.stats = StatsBook()
+        self._waiting: deque[Job] = deque()
+        self._commands: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self._turn = 0  # round-robin offset for the prefill budget
+
+    # -- API for other threads -------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, sink: EventSink) -> None:
+        self._commands.put(("submit", Job(request, sink)))
+        self._wake.set()
+
+    def cancel(self, request_id: str) -> None:
+        self._commands.put(("cancel", request_id))
+        self._wake.set()
+
+    def snapshot(self) -> EngineSnapshot:
+        return self.stats.latest
+
+    def start(self) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="openjet-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._running = False
+        self._wake.set()
+        if self._thread:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while self._running:
+            try:
+                busy = self.step_once()
+            except Exception as error:  # a bug here must fail requests, not hang them
+                traceback.print_exc()
+                self._fail_everything(f"engine error: {type(error).__name__}: {error}")
+                busy = True
+            if not busy:
+                self._wake.wait(0.05)
+                self._wake.clear()
+
+    def _fail_everything(self, message: str) -> None:
+        for slot in self.slots:
+            if slot.job is not None:
+                self._fail_slot(slot.id, message)
+        while self._waiting:
+            job = self._waiting.popleft()
+            job.sink(Finished("error", usage_of(job), message))
+
+    # -- one iteration ---------------------------------------------------------------------------
+
+    def step_once(self) -> bool:
+        """Apply commands, admit, run one backend step; False when there was nothing to run."""
+        self._apply_commands()
+        self._admit_waiting()
+        plan = self._plan_that_fits()
+        if plan is None:
+            self._publish()
+            return False
+        try:
+            result = self.backend.step(plan)
+        except Exception as error:  # a failed step must not take the engine thread down
+            for step in plan.slots:
+                self._fail_slot(step.slot, f"engine step failed: {type(error).__name__}: {error}")
+            self._publish()
+            return True
+        self._apply(plan, result)
+        self._publish()
+        return True
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                kind, payload = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "submit":
+                assert isinstance(payload, Job)
+                self._accept(payload)
+            elif kind == "cancel":
+                self._cancel(str(payload))
+
+    def _accept(self, job: Job) -> None:
+        prompt = job.request.prompt
+        if not prompt:
+            job.sink(Finished("error", Usage(), "the prompt is empty"))
+        elif len(prompt) + 1 > self.backend.n_ctx:
+            message = f"the prompt has {len(prompt)} tokens; the context holds {self.backend.n_ctx}"
+            job.sink(Finished("error", Usage(len(prompt)), message))
+        else:
+            self._waiting.append(job)
+
+    def _cancel(self, request_id: str) -> None:
+        for job in list(self._waiting):
+            if job.request.id == request_id:
+                self._waiting.remove(job)
+                job.sink(Finished("cancelled", usage_of(job)))
+        for slot in self.slots:
+            if slot.job and slot.job.request.id == request_id:
+                self._finish(slot, "cancelled")
+
+    # -- admission and prefix reuse --------------------------------------------------------------
+
+    def _admit_waiting(self) -> None:
+        while self._waiting and any(s.job is None for s in self.slots):
+            self._admit(self._waiting.popleft())
+        for position, job in enumerate(self._waiting, start=1):
+            if job.queue_position != position:  # tell a waiting client where it stands
+                job.queue_position = position
+                job.sink(Queued(position))
+
+    def _admit(self, job: Job) -> None:
+        prompt = job.request.prompt
+        now = time.monotonic()
+        slot = self.cache.place(prompt, [s for s in self.slots if s.job is None], now)
+        start = len(slot.tokens)
+        slot.job = job
+        job.slot, job.phase, job.prompt_pos, job.cached = slot.id, "prefill", start, start
+        job.admitted_at = now
+        config = self.config
+        job.cuts = (
+            self.cache.cuts(
+                prompt,
+                start,
+                config.checkpoint_interval,
+                self.boundary_tokens,
+                config.checkpoint_min_gap,
+            )
+            if config.checkpoints
+            else []
+        )
+        self.stats.count("prompt_tokens", len(prompt))
+        self.stats.count("cached_tokens", start)
+        job.sink(Started(slot.id, start))
+
+    # -- planning --------------------------------------------------------------------------------
+
+    def _plan(self) -> StepPlan | None:
+        """Every decoding slot's group (one row each at least, drafts from what is left), then
+        prefill chunks from the rest of the row budget."""
+        budget = min(self.config.max_rows, self.backend.max_rows)
+        decoding = [s for s in self.slots if s.job is not None and s.job.phase == "decode"]
+        budget -= len(decoding)
+        drafts = share_rows([self._useful_drafts(s) for s in decoding], max(budget, 0))
+        steps: list[SlotStep] = []
+        for slot, n_drafts in zip(decoding, drafts, strict=True):
+            assert slot.job is not None
+            group = tuple(slot.job.group[: n_drafts + 1])
+            steps.append(self._slot_step(slot, slot.job, RowKind.DECODE, group, True, ()))
+            budget -= n_drafts
+        steps.extend(self._prefill_steps(budget))
+        return StepPlan(tuple(steps)) if steps else None
+
+    def _useful_drafts(self, slot: SlotRecord) -> int:
+        """Drafts worth verifying: no more than the tokens still wanted or the context allows."""
+        job = slot.job
+        assert job is not None
+        remaining = job.request.max_tokens - len(job.generated)
+        room = self.backend.n_ctx - len(slot.tokens) - 1
+        return max(0, min(len(job.group) - 1, remaining - 1, room))
+
+    def _prefill_steps(self, budget: int) -> list[SlotStep]:
+        pending = [s for s in self.slots if s.job is not None and s.job.phase == "prefill"]
+        if not pending or budget <= 0:
+            return []
+        self._turn = (self._turn + 1) % len(pending)  # who gets the remainder rotates
+        pending = pending[self._turn :] + pending[: self._turn]
+        wants = [min(self._prompt_left(s), self.config.max_chunk) for s in pending]
+        sizes = share_rows(wants, budget)
+        return [self._prefill_step(s, n) for s, n in zip(pending, sizes, strict=True) if n > 0]
+
+    def _prompt_left(self, slot: SlotRecord) -> int:
+        assert slot.job is not None
+        return len(slot.job.request.prompt) - slot.job.prompt_pos
+
+    def _prefill_step(self, slot: SlotRecord, size: int) -> SlotStep:
+        job = slot.job
+        assert job is not None
+        begin, end = job.prompt_pos, job.prompt_pos + size
+        chunk = tuple(job.request.prompt[begin:end])
+        cuts = tuple(c for c in job.cuts if begin < c <= end)
+        final = end == len(job.request.prompt)
+        return self._slot_step(slot, job, RowKind.PREFILL, chunk, final, cuts)
+
+    def _slot_step(
+        self,
+        slot: SlotRecord,
+        job: Job,
+        kind: RowKind,
+        tokens: tuple[int, ...],
+        sample: bool,
+        cuts: tuple[int, ...],
+    ) -> SlotStep:
+        sampling = job.request.sampling
+        context = tuple(slot.tokens[-sampling.penalty_last_n :]) if sampling.has_penalties else ()
+        wants_mtp = sample and job.request.draft_provider is None and self.policy.uses_mtp
+        return SlotStep(
+            slot=slot.id,
+            kind=kind,
+            tokens=tokens,
+            start_pos=len(slot.tokens),
+            sampling=sampling,
+            sample=sample,
+            n_draft=self._n_draft(job) if wants_mtp else 0,
+            penalty_context=context,
+            checkpoints=cuts,
+            force_accept=self.config.force_accept,
+        )
+
+    def _n_draft(self, job: Job) -> int:
+        wanted = self.config.n_draft if job.request.n_draft is None else job.request.n_draft
+        return max(0, min(wanted, 4))
+
+    def _plan_that_fits(self) -> StepPlan | None:
+        """The step plan, after evicting idle caches (or failing requests) until it fits."""
+        while True:
+            plan = self._plan()
+            if plan is None:
+                return None
+            pool = self.backend.pool
+            needed = sum(pool.pages_needed(s.slot, s.end_pos) for s in plan.slots)
+            if needed <= pool.free_pages or self._evict(needed - pool.free_pages):
+                return plan
+            victim = max(plan.slots, key=lambda s: self._admitted_at(s.slot))
+            free = pool.free_tokens
+            self._fail_slot(
+                victim.slot,
+                f"KV pool exhausted: {needed * pool.page_size} tokens needed this step, {free} free "
+                f"of {pool.total_tokens} after evicting every idle cache",
+            )
+
+    def _admitted_at(self, slot_id: int) -> float:
+        job = self.slots[slot_id].job
+        return job.admitted_at if job else 0.0
+
+    # -- results ---------------------------------------------------------------------------------
+
+    def _apply(self, plan: StepPlan, result: StepResult) -> None:
+        now = time.monotonic()
+        self.stats.count("steps", 1)
+        self.stats.count("rows", plan.n_rows)
+        for step in plan.slots:
+            slot = self.slots[step.slot]
+            job = slot.job
+            assert job is not None
+            out = result.for_slot(step.slot)
+            slot.last_used = now
+            if step.kind is RowKind.PREFILL:
+                self._apply_prefill(slot, job, step, out.checkpoints, now)
+            else:
+                kept = out.n_draft_accepted
+                slot.tokens.extend(step.tokens[: kept + 1])
+                job.proposed += len(step.drafts)
+                job.accepted += kept
+                self.stats.count("drafts_proposed", len(step.drafts))
+                self.stats.count("drafts_accepted", kept)
+            if step.sample:
+                self._emit(slot, job, out.accepted, out.drafts, now)
+
+    def _apply_prefill(
+        self, slot: SlotRecord, job: Job, step: SlotStep, saved: list[tuple[int, int]], now: float
+    ) -> None:
+        slot.tokens.extend(step.tokens)
+        job.prompt_pos = step.end_pos
+        self.cache.remember(saved, job.request.prompt, now)
+        if step.sample:
+            job.phase = "decode"
+            job.first_token_at = now
+
+    def _emit(
+        self, slot: SlotRecord, job: Job, tokens: list[int], mtp: list[int], now: float
+    ) -> None:
+        out: list[int] = []
+        reason = None
+        for token in tokens:
+            if token in job.request.stop_ids:
+                reason = "stop"
+                break
+            out.append(token)
+            job.generated.append(token)
+            if len(job.generated) >= job.request.max_tokens:
+                reason = "length"
+                break
+        if reason is None and len(slot.tokens) + 1 >= self.backend.n_ctx:
+            reason = "length"
+        if out:
+            self.stats.tokens_out(len(out), now)
+            job.sink(TokensOut(tuple(out)))
+        if reason is not None:
+            self._finish(slot, reason)
+            return
+        pending = tokens[-1]
+        provider: DraftProvider = job.request.draft_provider or self.policy
+        # copying a long context every step is costly: only for providers that read it
+        context = [*slot.tokens, pending] if getattr(provider, "needs_context", True) else [pending]
+        room = job.request.max_tokens - len(job.generated) - 1
+        job.group = [pending, *provider(context, mtp, min(self._n_draft(job), room))]
+
+    def _finish(self, slot: SlotRecord, reason: str, error: str | None = None) -> None:
+        job = slot.job
+        if job is None:
+            return
+        slot.job = None
+        slot.last_used = time.monotonic()
+        self.stats.slot_done(slot.id, rate_of(job), job)
+        self.stats.count("requests", 1)
+        job.sink(Finished(reason, usage_of(job), error))
+
+    def _fail_slot(self, slot_id: int, message: str) -> None:
+        """End the slot's request with an error and drop its state (it may be half-written)."""
+        slot = self.slots[slot_id]
+        self._finish(slot, "error", message)
+        self.backend.reset_slot(slot_id)
+        slot.tokens = []
+
+    def _evict(self, pages: int) -> bool:
+        before = self.cache.evictions
+        freed = self.cache.evict_idle(pages, self.slots)
+        self.stats.count("evictions", self.cache.evictions - before)
+        return freed
+
+    def _publish(self) -> None:
+        self.stats.publish(self, len(self._waiting))

@@ -1,0 +1,1 @@
+"""Jinja chat templates shipped with the engine (package data)."""

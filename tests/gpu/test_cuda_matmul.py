@@ -1,0 +1,104 @@
+"""Weight x rows products and the embedding gather on the GPU against numpy (engine/quants.py
+dequantization in float64) for every weight format, on fresh random blocks and activations,
+with poisoned outputs. Tolerance: f16 operands with f32 accumulation (METHOD.md: 1e-3 region).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import quants
+from engine.cuda import kernels, weights
+
+pytestmark = pytest.mark.gpu
+
+FORMATS = [
+    weights.Q4_K,
+    weights.Q5_K,
+    weights.Q6_K,
+    weights.Q8_0,
+    weights.F16,
+    weights.F32,
+    weights.BF16,
+]
+F16_OPERAND_TOL = 2e-3
+
+
+def _weight(
+    ggml_type: int, rows: int, cols: int, seed: int
+) -> tuple[weights.GpuWeight, np.ndarray]:
+    raw = weights.random_block_bytes(ggml_type, rows, cols, seed, xp=np)
+    dense = quants.dequantize(raw, ggml_type, (rows, cols)).astype(np.float64)
+    return weights.upload(f"w{ggml_type}", raw, ggml_type, rows, cols), dense
+
+
+def _rel(out: np.ndarray, ref: np.ndarray) -> float:
+    assert np.isfinite(out).all(), "output has NaN/inf (unwritten or overflowed)"
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("ggml_type", FORMATS)
+@pytest.mark.parametrize("n_rows", [1, 5, 8, 13, 20, 32, 45])
+def test_matmul_matches_numpy(ggml_type: int, n_rows: int) -> None:
+    import cupy as cp
+
+    rng = np.random.default_rng(1000 * ggml_type + n_rows)
+    w, dense = _weight(ggml_type, 80, 768, int(rng.integers(1 << 30)))  # 80: a partial CTA tile
+    x = rng.standard_normal((n_rows, 768)).astype(np.float32)
+    y = cp.full((n_rows, 80), np.nan, dtype=cp.float32)
+    kernels.matmul(w, cp.asarray(x), y)
+    assert _rel(cp.asnumpy(y), x.astype(np.float64) @ dense.T) < F16_OPERAND_TOL
+
+
+@pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K])
+def test_matmul_accumulates_into_output(ggml_type: int) -> None:
+    import cupy as cp
+
+    rng = np.random.default_rng(7)
+    w, dense = _weight(ggml_type, 64, 512, 3)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    base = rng.standard_normal((3, 64)).astype(np.float32)
+    y = cp.asarray(base)
+    kernels.matmul(w, cp.asarray(x), y, accumulate=True)
+    assert _rel(cp.asnumpy(y) - base, x.astype(np.float64) @ dense.T) < F16_OPERAND_TOL
+
+
+@pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q5_K, weights.Q6_K, weights.Q8_0])
+def test_matmul_rows_do_not_depend_on_the_batch(ggml_type: int) -> None:
+    """A row's product is bit-identical alone, in a batch of 8, 20 or 40 (batch invariance)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(11)
+    w, _ = _weight(ggml_type, 96, 1024, 5)
+    x = cp.asarray(rng.standard_normal((40, 1024)).astype(np.float32))
+    full = cp.full((40, 96), np.nan, dtype=cp.float32)
+    kernels.matmul(w, x, full)
+    for count in (1, 8, 20):
+        part = cp.full((count, 96), np.nan, dtype=cp.float32)
+        kernels.matmul(w, cp.ascontiguousarray(x[:count]), part)
+        assert cp.array_equal(part, full[:count]), f"rows changed with a batch of {count}"
+    last = cp.full((1, 96), np.nan, dtype=cp.float32)
+    kernels.matmul(w, cp.ascontiguousarray(x[37:38]), last)
+    assert cp.array_equal(last[0], full[37])
+
+
+@pytest.mark.parametrize("ggml_type", FORMATS)
+def test_embedding_rows_are_exact_dequantization(ggml_type: int) -> None:
+    import cupy as cp
+
+    w, dense = _weight(ggml_type, 50, 512, 21 + ggml_type)
+    tokens = np.array([3, 0, 49, 3, 17], dtype=np.int32)
+    out = cp.full((5, 512), np.nan, dtype=cp.float32)
+    kernels.embed(w, cp.asarray(tokens), out)
+    np.testing.assert_allclose(cp.asnumpy(out), dense[tokens], rtol=1e-6, atol=1e-7)
+
+
+def test_matmul_rejects_bad_shapes() -> None:
+    import cupy as cp
+
+    w, _ = _weight(weights.Q4_K, 32, 256, 1)
+    with pytest.raises(kernels.LaunchError):
+        kernels.matmul(w, cp.zeros((2, 128), dtype=cp.float32), cp.zeros((2, 32), dtype=cp.float32))
+    with pytest.raises(weights.WeightFormatError):
+        weights.random_weight("odd", weights.Q8_0, 4, 96, 0)

@@ -1,0 +1,112 @@
+"""Resuming a Slipstream session from the picker: it opens through Slipstream (not as a plain
+agent) with its plan, verdicts and accounting, and Enter continues the stopped run to its end
+against the scripted orchestrator and worker (real HTTP on loopback)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+from textual.widgets import Static
+
+from agent.api import AgentManager
+from agent.slipstream import Slipstream, SlipstreamSpec
+from agent.slipstream_events import Accounting, StepStarted, share_label
+from tests.tui.conftest import make_app, pane_text, panes, type_text, wait_until
+from tests.tui.test_slipstream_run import use_orchestrator
+from tui.screens.resume import ResumeScreen
+from tui.widgets.slipstream_log import PlanView
+
+PLAN = {
+    "steps": [
+        {"title": "First file", "instructions": "Write a.txt.", "acceptance": ["a.txt exists"]},
+        {"title": "Second file", "instructions": "Write b.txt.", "acceptance": ["b.txt exists"]},
+    ]
+}
+
+
+def write(path: str) -> list[dict[str, object]]:
+    return [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": "x\n"}}]},
+        {"content": f"Wrote {path}.\nOpen problems: none"},
+    ]
+
+
+def rendered(widget: Static) -> str:
+    console = Console(width=140, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+async def stopped_run(project: Path, worker_url: str) -> str:
+    """A run that planned, finished step 1 and was cancelled as step 2 began."""
+    manager = AgentManager()
+    spec = SlipstreamSpec(project, "write two files", worker_endpoint=worker_url, approval="all")
+    run = Slipstream(manager).start(spec)
+    async for event in run.run():
+        if isinstance(event, StepStarted) and event.index == 1:
+            run.cancel()
+    await run.aclose()
+    await manager.aclose()
+    return run.id
+
+
+async def test_resume_a_stopped_run_and_continue_it(scripted, project: Path) -> None:
+    cloud = scripted(
+        [
+            {"content": json.dumps(PLAN)},
+            {"content": '{"verdict": "accept", "feedback": "a.txt is fine"}'},
+        ]
+    )
+    worker = scripted(write("a.txt"))
+    use_orchestrator(cloud.url)
+    run_id = await stopped_run(project, worker.url)
+    store = AgentManager().store
+    before = Accounting.from_events(store.events(run_id))
+    store.close()
+    assert before.orchestrator_tokens == 40 and not (project / "b.txt").exists()
+    cloud.add(
+        [
+            {"content": '{"verdict": "accept"}'},
+            {"content": '{"verdict": "done", "summary": "both files written"}'},
+        ]
+    )
+    worker.add(write("b.txt"))
+
+    app = make_app(worker.url, project)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ResumeScreen), "the picker")
+        picker = app.screen
+        assert isinstance(picker, ResumeScreen)
+        await type_text(pilot, "two files")
+        await wait_until(pilot, lambda: len(picker.shown) == 1, "the search")
+        preview = rendered(picker.query_one("#preview", Static))
+        assert share_label(before) in preview and "40 orchestrator" in preview
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: panes(app) and panes(app)[0].agent_id == run_id, "resume")
+        pane = panes(app)[0]
+        assert pane.slipstream is not None and pane.mode == "slipstream"
+        await wait_until(pilot, lambda: "press Enter to continue" in pane_text(pane), "history")
+        text = pane_text(pane)
+        assert "write two files" in text and "step 1 accepted — a.txt is fine" in text
+        plan = pane.query_one(PlanView)
+        assert plan.states == ["accept", "running"]
+        assert pane.orchestrator_share == share_label(before)
+        assert pane.cloud.display  # the resumed pane is in Slipstream mode: data goes out
+
+        await type_text(pilot, "")
+        await pilot.press("enter")  # an empty Enter continues the stopped run
+        await wait_until(pilot, lambda: "final review: done" in pane_text(pane), "the end", 30)
+        await wait_until(pilot, lambda: not pane.busy, "the run to stop")
+        assert (project / "b.txt").read_text() == "x\n"
+        store = AgentManager().store
+        after = Accounting.from_events(store.events(run_id))
+        assert store.get(run_id).status == "done"
+        store.close()
+        assert after.orchestrator_tokens == 80
+        assert pane.orchestrator_share == share_label(after)
+    assert cloud.problems() == [] and worker.problems() == []
