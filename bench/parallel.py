@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=560.0, help="seconds for the whole run")
     parser.add_argument("--engines", default="openjet,llama-server")
     parser.add_argument("--agents", help="agent counts with short prompts (default 1,2,4,8)")
-    parser.add_argument("--context-agents", help="agent counts at the long context (4,1)")
+    parser.add_argument("--context-agents", help="agent counts at the long context (4,2,1)")
     parser.add_argument("--forced-drafts", type=int, default=3, help="drafts per step, forced")
     args = parser.parse_args(argv)
     args.sizes = Sizes.smoke() if args.smoke else Sizes.device()
@@ -206,11 +206,11 @@ class Engines:
         self.stoppers: list[Any] = []
         self._llama_thread: threading.Thread | None = None
 
-    def start_openjet(self, out_dir: Path) -> None:
+    def start_openjet(self, out_dir: Path, timeout: float) -> None:
         server = OpenJetProcess(self.gguf, self.args, out_dir / "openjet-server.log")
         self.stoppers.append(server.stop)
         try:
-            server.wait_healthy(600)
+            server.wait_healthy(timeout)
         except RuntimeError as exc:
             self.failed["openjet"] = str(exc)
             say(str(exc))
@@ -252,9 +252,10 @@ class Engines:
         self.ready["llama-server"] = Engine("llama-server", server.base_url)
         say(f"llama-server ready at {server.base_url} (build {self.build.seconds:.0f} s)")
 
-    def stop(self) -> None:
+    def stop(self, wait: float) -> None:
+        """Stop the servers this run started (a llama-server still loading too)."""
         if self._llama_thread is not None:
-            self._llama_thread.join(310)  # a server still loading is stopped once it is up
+            self._llama_thread.join(max(wait, 1))
         for stop in self.stoppers:
             stop()
 
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = Engines(args, gguf, build)
     try:
         if "openjet" in args.engines:
-            engines.start_openjet(json_path.parent)
+            engines.start_openjet(json_path.parent, max(budget.left() - 60, 30))
         prompts = Prompts(normal_token_limit(gguf))
         tasks = task_list(args)
 
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             run_tasks(engines, tasks, prompts, budget, json_path.parent, save)
         )
     finally:
-        engines.stop()
+        engines.stop(budget.left())
     info["engine_errors"] = engines.failed
     info["summary"] = report(info)
     info["elapsed_s"] = budget.elapsed()

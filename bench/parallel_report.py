@@ -94,6 +94,8 @@ def report(info: dict[str, Any]) -> dict[str, Any]:
             "per-agent tok/s: (tokens - 1) / (last token - first token) of each stream; "
             "aggregate: all tokens / (last token of any - first token of any); steady: tokens "
             "while every agent decodes / that window",
+            "ratio = OpenJet / llama-server: above 1 is better for tok/s, below 1 is better "
+            "for first-token seconds",
             "OpenJet: speculation off = n_draft 0; forced = drafts accepted unverified "
             "(issue 5: with random weights MTP drafts are rarely accepted)",
         ],

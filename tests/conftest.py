@@ -12,6 +12,9 @@ import pytest
 
 from openjet import paths
 
+# Fixtures shared across folders (`memory_keyring`: no test touches the real keyring).
+pytest_plugins = ["tests.support.memory_keyring"]
+
 # The user's real cache (llama.cpp build, compiled kernels) is shared across test runs so the
 # slow builds happen once per machine; everything else a test writes goes to a temporary home.
 REAL_CACHE_DIR: Path = Path(os.environ.get("OPENJET_TEST_CACHE", str(paths.cache_dir())))

@@ -9,13 +9,13 @@ here; the panel then shows what the agents report themselves.
 
 from __future__ import annotations
 
-import ipaddress
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
+
+from agent.profiles import is_loopback
 
 HISTORY_LENGTH = 60  # one sample a second: the last minute
 NOT_OURS = "not an OpenJet engine (no /v1/slots)"
@@ -76,13 +76,7 @@ class EngineReading:
 
 def is_local(endpoint: str) -> bool:
     """True for endpoints on this machine: only those are polled (never a cloud provider)."""
-    host = (urlparse(endpoint).hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(endpoint)
 
 
 def slots_url(endpoint: str) -> str:

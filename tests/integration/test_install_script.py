@@ -125,3 +125,18 @@ def test_dev_install_is_idempotent() -> None:
     second = run_install(["--dev"], {})
     assert second.returncode == 0, second.stderr
     assert "nothing to install" in second.stdout
+
+
+@pytest.mark.slow
+def test_user_install_puts_openjet_on_path(tmp_path: Path) -> None:
+    """A real user install into a fresh venv; rerunning it installs nothing more."""
+    venv = tmp_path / "venv"
+    first = run_install(["--venv", str(venv)], {"HOME": str(tmp_path)})
+    assert first.returncode == 0, first.stdout + first.stderr
+    link = tmp_path / ".local" / "bin" / "openjet"
+    assert link.is_symlink() and link.resolve() == (venv / "bin" / "openjet").resolve()
+    assert "is not on your PATH" in first.stdout
+    version = subprocess.run([str(link), "--version"], capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout.startswith("openjet ")
+    again = run_install(["--venv", str(venv)], {"HOME": str(tmp_path)})
+    assert again.returncode == 0 and "nothing to install" in again.stdout

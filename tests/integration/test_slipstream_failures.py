@@ -6,14 +6,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
-from keyring.backend import KeyringBackend
 
 from agent.api import AgentManager
 from agent.slipstream import Slipstream, SlipstreamSpec
@@ -22,6 +19,7 @@ from agent.slipstream_events import CloudFailed, ReviewVerdict, RunFinished, Ste
 from openjet.config import update_values
 from openjet.paths import config_file
 from tests.integration.test_slipstream_e2e import PLAN, drive, make_project
+from tests.support.memory_keyring import MemoryKeyring
 from tests.support.scripted_server import ScriptedServer
 
 KEY = "sk-or-v1-TESTKEY0123456789abcdef"
@@ -34,31 +32,6 @@ WORKER_ONE_STEP = [
     },
     {"content": "Wrote greet.py.\nOpen problems: none"},
 ]
-
-
-class MemoryKeyring(KeyringBackend):
-    priority = 1
-
-    def __init__(self) -> None:
-        self.saved: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.saved.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.saved[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.saved.pop((service, username), None)
-
-
-@pytest.fixture
-def memory_keyring() -> Iterator[MemoryKeyring]:
-    previous = keyring.get_keyring()
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
 
 
 def roles(manager: AgentManager, run_id: str) -> list[str]:

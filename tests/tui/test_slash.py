@@ -31,7 +31,8 @@ def notices(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
-async def test_slash_commands(scripted, project: Path) -> None:
+async def test_slash_commands(scripted, project: Path, memory_keyring: object) -> None:
+    # memory_keyring: an empty keyring, so the default cloud orchestrator has no key
     server = scripted([{"content": "Hello there."}, {"content": "Summary: greeted the user."}])
     app = make_app(server.url, project)
     async with app.run_test(size=(160, 45)) as pilot:

@@ -110,3 +110,40 @@ async def test_resume_a_stopped_run_and_continue_it(scripted, project: Path) -> 
         assert after.orchestrator_tokens == 80
         assert pane.orchestrator_share == share_label(after)
     assert cloud.problems() == [] and worker.problems() == []
+
+
+async def test_esc_during_a_worker_approval_then_enter_continues(scripted, project: Path) -> None:
+    one_step = {"steps": PLAN["steps"][:1]}
+    cloud = scripted(
+        [
+            {"content": json.dumps(one_step)},
+            {"content": '{"verdict": "accept"}'},
+            {"content": '{"verdict": "done", "summary": "a.txt written"}'},
+        ]
+    )
+    shell = {"name": "run_shell", "arguments": {"command": "echo x > a.txt"}}
+    worker = scripted([{"tool_calls": [shell]}, {"tool_calls": [shell]}, write("a.txt")[1]])
+    use_orchestrator(cloud.url)
+    app = make_app(worker.url, project)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
+        pane = panes(app)[0]
+        await type_text(pilot, "/mode slipstream")
+        await pilot.press("enter")
+        await type_text(pilot, "write a.txt")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: pane.pending, "the worker's approval")
+        await pilot.press("escape")  # from the input box: stops the run
+        await wait_until(pilot, lambda: not pane.busy, "the run to stop")
+        assert not pane.pending  # nothing waits for an answer any more
+        assert "Slipstream run stopped — Enter continues it" in pane_text(pane)
+        assert pane.slipstream is not None and pane.slipstream.can_continue
+
+        await type_text(pilot, "")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: pane.pending, "the approval, asked again")
+        pane.pending[0].focus()
+        await pilot.press("a")
+        await wait_until(pilot, lambda: "final review: done" in pane_text(pane), "the end", 30)
+        assert (project / "a.txt").read_text() == "x\n"
+    assert cloud.problems() == [] and worker.problems() == []

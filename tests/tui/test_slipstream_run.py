@@ -9,12 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import keyring
-from keyring.backend import KeyringBackend
-
 from agent.api import AgentManager
 from agent.slipstream_events import Accounting, share_label
 from openjet.config import update_values
+from tests.support.memory_keyring import MemoryKeyring
 from tests.tui.conftest import make_app, pane_text, panes, type_text, wait_until
 from tui.widgets.approval_prompt import ApprovalPrompt
 from tui.widgets.slipstream_bar import SlipstreamBar
@@ -97,13 +95,16 @@ async def test_a_slipstream_task_with_one_worker_approval(scripted, project: Pat
         assert "orchestrator: step 1 accepted — good" in text
         assert "final review: done — out.txt is written" in text
         assert (project / "out.txt").read_text() == "written\n"
-        assert "SENDING" not in bar_text(app) and not pane.cloud.sending
+        assert not pane.cloud.sending
+        # The bar follows once the workspace has seen the pane's last events.
+        await wait_until(pilot, lambda: "SENDING" not in bar_text(app), "the bar to calm down")
         run_id = pane.agent_id
         store = AgentManager().store
         expected = share_label(Accounting.from_events(store.events(run_id)))
         store.close()
         assert expected != "Orchestrator 100%"  # the worker's tokens were counted too
-        assert pane.orchestrator_share == expected and expected in bar_text(app)
+        assert pane.orchestrator_share == expected
+        await wait_until(pilot, lambda: expected in bar_text(app), "the share in the bar")
 
         # Back to normal: the next task goes to a plain agent on the local model only.
         worker.add([{"content": "Plain answer."}])
@@ -121,56 +122,37 @@ async def test_a_slipstream_task_with_one_worker_approval(scripted, project: Pat
     assert SECRET not in json.dumps(cloud.requests())  # the orchestrator never did
 
 
-class MemoryKeyring(KeyringBackend):
-    priority = 1
+async def test_missing_key_and_airgapped_refuse_the_mode(
+    scripted, project: Path, memory_keyring: MemoryKeyring
+) -> None:
+    worker = scripted([])  # the keyring is empty: no key for the cloud profile
+    use_orchestrator("https://cloud.invalid/v1")
+    app = make_app(worker.url, project)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
+        pane = panes(app)[0]
+        await type_text(pilot, "/mode slipstream")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "not available" in pane_text(pane), "the refusal")
+        assert "openjet login cloud" in pane_text(pane)
+        assert pane.mode == "normal" and not pane.cloud.display and bar_text(app) == ""
 
-    def __init__(self) -> None:
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.passwords.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.passwords.pop((service, username), None)
-
-
-async def test_missing_key_and_airgapped_refuse_the_mode(scripted, project: Path) -> None:
-    worker = scripted([])
-    previous = keyring.get_keyring()
-    keyring.set_keyring(MemoryKeyring())  # an empty keyring: no key for the cloud profile
-    try:
-        use_orchestrator("https://cloud.invalid/v1")
-        app = make_app(worker.url, project)
-        async with app.run_test(size=(120, 36)) as pilot:
-            await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-            pane = panes(app)[0]
-            await type_text(pilot, "/mode slipstream")
-            await pilot.press("enter")
-            await wait_until(pilot, lambda: "not available" in pane_text(pane), "the refusal")
-            assert "openjet login cloud" in pane_text(pane)
-            assert pane.mode == "normal" and not pane.cloud.display and bar_text(app) == ""
-
-        update_values({"airgapped": True})
-        app = make_app(worker.url, project)
-        async with app.run_test(size=(120, 36)) as pilot:
-            await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-            pane = panes(app)[0]
-            await type_text(pilot, "/mode slipstream")
-            await pilot.press("enter")
-            await wait_until(pilot, lambda: "not available" in pane_text(pane), "the refusal")
-            assert "airgapped" in pane_text(pane) and pane.mode == "normal"
-    finally:
-        keyring.set_keyring(previous)
+    update_values({"airgapped": True})
+    app = make_app(worker.url, project)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
+        pane = panes(app)[0]
+        await type_text(pilot, "/mode slipstream")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "not available" in pane_text(pane), "the refusal")
+        assert "airgapped" in pane_text(pane) and pane.mode == "normal"
     assert worker.requests() == []
 
 
 async def test_quitting_during_a_cloud_call_leaves_the_run_resumable(
     scripted, project: Path
 ) -> None:
-    cloud = scripted([{"content": json.dumps(PLAN), "first_byte_delay": 4}])
+    cloud = scripted([{"content": json.dumps(PLAN), "first_byte_delay": 3}])
     worker = scripted([])
     use_orchestrator(cloud.url)
     app = make_app(worker.url, project)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import keyring
 import pytest
-from keyring.backend import KeyringBackend
 from typer.testing import CliRunner
 
 from agent.api import AgentManager
@@ -15,33 +12,9 @@ from agent.profiles import ProfileError
 from agent.slipstream import Slipstream, SlipstreamSpec, resolve_orchestrator
 from openjet.cli import app
 from openjet.config import update_values
+from tests.support.memory_keyring import MemoryKeyring
 
 KEY = "sk-or-v1-UNITKEY42"
-
-
-class MemoryKeyring(KeyringBackend):
-    priority = 1
-
-    def __init__(self) -> None:
-        self.saved: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.saved.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.saved[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.saved.pop((service, username), None)
-
-
-@pytest.fixture
-def memory_keyring() -> Iterator[MemoryKeyring]:
-    previous = keyring.get_keyring()
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
 
 
 def test_login_openrouter_stores_the_key_in_the_keyring_only(

@@ -106,7 +106,8 @@ class ResumeScreen(ModalScreen[str | None]):
         grid.add_column()
         grid.add_row("title", session.title or "(untitled)")
         grid.add_row("folder", session.workdir)
-        grid.add_row("model", f"{session.model or '?'} at {session.endpoint}")
+        who = "model" if session.id not in self.slipstream else "orchestrator"
+        grid.add_row(who, f"{session.model or '?'} at {session.endpoint}")
         grid.add_row("created", format_time(session.created))
         accounting = self.slipstream.get(session.id)
         if accounting is None:

@@ -11,6 +11,7 @@ its worker's events are shown by the same handlers as an agent's.
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 from rich.text import Text
@@ -87,7 +88,8 @@ class AgentPane(SessionPane):
         if self.busy:
             self.notify("This agent is still working — Esc stops it.", severity="warning")
             return
-        if self.mode == "slipstream":
+        # (An empty Enter continues what the pane shows: a stopped run, or an agent's turn.)
+        if self.mode == "slipstream" and (text or isinstance(self.session, SlipstreamSession)):
             await self._start_slipstream(text)
             return
         # Back from Slipstream: the next task goes to a new plain agent on the local model.
@@ -111,13 +113,21 @@ class AgentPane(SessionPane):
         except Exception as exc:  # a broken agent must not take the TUI down
             self.post_message(msg.AgentFailed(self.agent_id, f"{type(exc).__name__}: {exc}"))
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+    async def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.name == "turn" and event.state in (
             WorkerState.SUCCESS,
             WorkerState.ERROR,
             WorkerState.CANCELLED,
         ):
             self.busy = False
+            # A stopped turn (or Slipstream run) waits for nothing any more.
+            prompts = self.pending
+            focused = any(prompt.has_focus or prompt.has_focus_within for prompt in prompts)
+            for prompt in prompts:
+                await prompt.remove()
+            self.remove_class("-needs-approval")
+            if focused:
+                self.focus_input()
             if self.query_one(StatusLine).activity != "error":
                 self.query_one(StatusLine).activity = "idle"
             self.cloud.sending = False
@@ -175,7 +185,8 @@ class AgentPane(SessionPane):
             prompt.focus()
 
     async def on_approval_answered(self, message: msg.ApprovalAnswered) -> None:
-        self.session.resolve_approval(message.request_id, message.decision)
+        with contextlib.suppress(KeyError):  # the turn stopped meanwhile; its prompt goes below
+            self.session.resolve_approval(message.request_id, message.decision)
         for prompt in self.pending:
             if prompt.request.id == message.request_id:
                 was_focused = prompt.has_focus_within or prompt.has_focus

@@ -144,6 +144,7 @@ class SessionPane(Vertical):
         self.busy = True
         status = self.query_one(StatusLine)
         status.step, status.activity, status.detail = 0, "planning", ""
+        status.plan_step = ""
         status.orchestrator = share_text(session.accounting.share())
         self.cloud.host = session.host
         self.refresh_title()

@@ -41,7 +41,9 @@ class StatusLine(Static):
             line.append(f" {self.detail}", "dim")
         if self.plan_step:
             line.append(f"  plan {self.plan_step}")
-        else:
+        if self.orchestrator:  # early in the line: panes are narrow, the share must show
+            line.append(f"  {self.orchestrator}", "bold yellow")
+        if not self.plan_step:
             line.append(f"  step {self.step}" if self.step else "  step –")
         line.append(f"  {format_rate(self.tokens_per_second)}")
         limit = format_count(self.context_limit) if self.context_limit else "?"
@@ -49,6 +51,4 @@ class StatusLine(Static):
         line.append(
             f"  approve: {self.approval_mode}", "bold" if self.approval_mode == "all" else ""
         )
-        if self.orchestrator:
-            line.append(f"  {self.orchestrator}", "bold yellow")
         return line
