@@ -96,6 +96,7 @@ class Agent:
             TOOL_SCHEMAS,
             profile.context_size,
             send_reasoning=is_loopback(profile.endpoint),
+            size_from_endpoint=not profile.context_size_configured,
         )
         policy = ApprovalPolicy(
             record.approval,

@@ -57,8 +57,11 @@ class ContextWindow:
         tools: list[dict[str, Any]],
         context_size: int,
         send_reasoning: bool = False,
+        size_from_endpoint: bool = False,
     ) -> None:
         self.store = store
+        # When the profile does not fix the context size, the endpoint's own is learnt once.
+        self.size_from_endpoint = size_from_endpoint
         # Qwen templates render the reasoning of the current turn's assistant messages: sending
         # it back keeps the engine's cached prefix valid mid-turn. Some cloud APIs reject the
         # field, so only endpoints on this machine (our engine, llama-server) get it.

@@ -107,13 +107,41 @@ class LLMClient:
         """The model name to send: the configured one, else the endpoint's first model."""
         if self.model:
             return self.model
-        try:
-            response = await self._client.get(f"{self.endpoint}/models")
-            data = response.json().get("data") or []
-            self.model = str(data[0]["id"]) if data else "default"
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
-            self.model = "default"
+        models = await self._get_json(f"{self.endpoint}/models")
+        data = models.get("data") if isinstance(models, dict) else None
+        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+        self.model = str(first.get("id") or "default")
         return self.model
+
+    async def endpoint_context_size(self) -> int | None:
+        """The context window the endpoint reports, or None when it says nothing.
+
+        Our engine (`meta.n_ctx` in /models), vLLM and SGLang (`max_model_len`), OpenRouter
+        (`context_length`), and llama-server (`/props`: the per-slot `n_ctx`).
+        """
+        models = await self._get_json(f"{self.endpoint}/models")
+        data = models.get("data") if isinstance(models, dict) else None
+        entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+        named = [e for e in entries if e.get("id") == self.model]
+        for entry in named or (entries if len(entries) == 1 else []):
+            meta = entry.get("meta")
+            n_ctx = meta.get("n_ctx") if isinstance(meta, dict) else None
+            for value in (entry.get("max_model_len"), entry.get("context_length"), n_ctx):
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+        root = self.endpoint.removesuffix("/v1")
+        props = await self._get_json(f"{root}/props")
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+
+    async def _get_json(self, url: str) -> Any:
+        """GET a JSON document; None when the endpoint does not answer it."""
+        try:
+            response = await self._client.get(url)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
 
     async def stream_chat(
         self,

@@ -124,6 +124,11 @@ class AgentLoop:
         model = await self._cancel.race(self.llm.resolve_model())
         if self.store.get(self.agent_id).model != model:  # learnt from the endpoint's /models
             self.store.update(self.agent_id, model=model)
+        if self.window.size_from_endpoint:
+            size = await self._cancel.race(self.llm.endpoint_context_size())
+            self.window.size_from_endpoint = False
+            if size:
+                self.window.context_size = size
         for _ in range(self.max_steps):
             if self.window.over_budget():
                 await self._cancel.race(self.window.condense(self.llm))

@@ -37,6 +37,7 @@ class Profile:
     model: str
     context_size: int
     api_key: str | None = field(default=None, repr=False)
+    context_size_configured: bool = False  # False: learn the endpoint's own size when it says
 
 
 def is_loopback(url: str) -> bool:
@@ -123,4 +124,5 @@ def resolve_profile(
         model=model or str(table["model"] or ""),
         context_size=int(table["context_size"]),  # type: ignore[call-overload]
         api_key=api_key,
+        context_size_configured=f"profiles.{name}.context_size" in config.values,
     )

@@ -40,8 +40,11 @@ import httpx
 
 
 class ScriptState:
-    def __init__(self, script: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, script: list[dict[str, Any]], model_entry: dict[str, Any] | None = None
+    ) -> None:
         self.script = list(script)
+        self.model_entry = model_entry or {"id": "scripted-model", "object": "model"}
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.problems: list[str] = []
@@ -222,9 +225,7 @@ def build_app(state: ScriptState) -> Any:
         return StreamingResponse(guarded(), media_type="text/event-stream")
 
     async def models(_: Request) -> Response:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": "scripted-model", "object": "model"}]}
-        )
+        return JSONResponse({"object": "list", "data": [state.model_entry]})
 
     async def requests(_: Request) -> Response:
         return JSONResponse(state.requests)
@@ -258,7 +259,9 @@ def build_app(state: ScriptState) -> Any:
 def serve(script_file: str) -> None:
     import uvicorn
 
-    state = ScriptState(json.loads(Path(script_file).read_text()))
+    model_file = Path(script_file).with_suffix(".model.json")
+    model_entry = json.loads(model_file.read_text()) if model_file.exists() else None
+    state = ScriptState(json.loads(Path(script_file).read_text()), model_entry)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -270,10 +273,15 @@ def serve(script_file: str) -> None:
 class ScriptedServer:
     """Starts the server as its own process; use as a context manager."""
 
-    def __init__(self, script: list[Any], workdir: Path) -> None:
+    def __init__(
+        self, script: list[Any], workdir: Path, model_entry: dict[str, Any] | None = None
+    ) -> None:
+        """`model_entry`: what /v1/models lists (default: a bare `scripted-model`)."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.script_file = workdir / f"script-{uuid.uuid4().hex[:6]}.json"
         self.script_file.write_text(json.dumps(script))
+        if model_entry is not None:
+            self.script_file.with_suffix(".model.json").write_text(json.dumps(model_entry))
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
 
