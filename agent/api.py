@@ -81,6 +81,7 @@ class Agent:
         self.id = record.id
         self.workdir = Path(record.workdir)
         self._store = store
+        self._config = config
         self._title = record.title
         self.endpoint = profile.endpoint
         max_tokens = int(config.get("agent.max_tokens")) or None
@@ -160,6 +161,29 @@ class Agent:
     def set_approval_mode(self, mode: str) -> None:
         self._loop.policy.mode = check_mode(mode)
         self._store.update(self.id, approval=mode)
+
+    async def switch_profile(self, name: str) -> None:
+        """Continue this conversation on another model profile (`/model NAME`).
+
+        Refused while a turn runs; the next turn goes to the new endpoint, whose context window
+        is learnt again unless the profile fixes it. Raises ProfileError for a bad profile.
+        """
+        if self.status in ("running", "awaiting_approval"):
+            raise RuntimeError("the agent is busy: switch the model between turns")
+        profile = resolve_profile(self._config, name)
+        previous = self.llm
+        self.llm = LLMClient(
+            profile.endpoint, profile.model, profile.api_key, max_tokens=previous.max_tokens
+        )
+        self._loop.llm = self.llm
+        self.endpoint = profile.endpoint
+        self._window.context_size = profile.context_size
+        self._window.size_from_endpoint = not profile.context_size_configured
+        self._window.send_reasoning = is_loopback(profile.endpoint)
+        self._store.update(
+            self.id, endpoint=profile.endpoint, model=profile.model, profile=profile.name
+        )
+        await previous.aclose()
 
     def rename(self, title: str) -> None:
         self._title = title.strip()

@@ -38,7 +38,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
         APPROVAL_MODES,
         needs_argument=True,
     ),
-    CommandSpec("model", "[PROFILE]", "show the model, or pick the profile for new agents"),
+    CommandSpec("model", "[PROFILE]", "show the model, or move this agent and new ones to PROFILE"),
     CommandSpec(
         "mode",
         "normal|slipstream",

@@ -9,6 +9,7 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import Input
 
+from openjet.config import update_values
 from tests.tui.conftest import focus_pane_input, make_app, pane_text, panes, type_text, wait_until
 from tui.screens.help import HelpScreen
 from tui.screens.new_agent import NewAgentScreen
@@ -34,6 +35,7 @@ def notices(app) -> list[str]:
 async def test_slash_commands(scripted, project: Path, memory_keyring: object) -> None:
     # memory_keyring: an empty keyring, so the default cloud orchestrator has no key
     server = scripted([{"content": "Hello there."}, {"content": "Summary: greeted the user."}])
+    update_values({"profiles.alt.endpoint": server.url, "profiles.alt.model": "alt-model"})
     app = make_app(server.url, project)
     async with app.run_test(size=(160, 45)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
@@ -85,11 +87,14 @@ async def test_slash_commands(scripted, project: Path, memory_keyring: object) -
         assert any(f"scripted-model at {server.url}" in n for n in notices(app))
         await submit(pilot, "/model cloud")
         await pilot.pause()
-        assert any("No profile 'cloud'; profiles: local" in n for n in notices(app))
-        await submit(pilot, "/model local")
-        await pilot.pause()
+        assert any("No profile 'cloud'; profiles: alt, local" in n for n in notices(app))
+        await submit(pilot, "/model alt")
+        await wait_until(
+            pilot, lambda: any("now use profile 'alt'" in n for n in notices(app)), "switched"
+        )
         workspace = app.screen
-        assert isinstance(workspace, WorkspaceScreen) and workspace.default_profile == "local"
+        assert isinstance(workspace, WorkspaceScreen) and workspace.default_profile == "alt"
+        assert pane.agent.model == "alt-model"
 
         await submit(pilot, "/mode slipstream")  # no key for the default cloud orchestrator
         await pilot.pause()

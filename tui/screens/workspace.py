@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from agent.api import Agent, AgentManager, AgentSpec
+from agent.profiles import ProfileError
 from openjet.config import Config
 from tui import messages as msg
 from tui.launcher import Target
@@ -346,9 +347,9 @@ class WorkspaceScreen(Screen[None]):
         elif command.name == "quit":
             await self.app.action_quit()
         elif command.name == "model":
-            self._model(message.agent_id, command.argument)
+            await self._model(message.agent_id, command.argument)
 
-    def _model(self, agent_id: str, profile: str) -> None:
+    async def _model(self, agent_id: str, profile: str) -> None:
         pane = self.pane_for(agent_id)
         profiles = sorted({*self.config.profiles(), "local"})
         if not profile:
@@ -363,6 +364,16 @@ class WorkspaceScreen(Screen[None]):
             )
             return
         self.default_profile = profile
+        session = pane.session if pane else None
+        if not isinstance(session, Agent):
+            self.notify(f"New agents use profile {profile!r}.", markup=False)
+            return
+        try:
+            await session.switch_profile(profile)
+        except (ProfileError, RuntimeError) as exc:
+            self.notify(f"This agent keeps its model: {exc}", severity="error", markup=False)
+            return
         self.notify(
-            f"New agents use profile {profile!r} (this agent keeps its model).", markup=False
+            f"This agent and new ones now use profile {profile!r} ({session.endpoint}).",
+            markup=False,
         )
