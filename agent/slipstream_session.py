@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.api import Agent, AgentManager
+from agent.approvals import check_mode
 from agent.context import load_prompt
 from agent.events import ApprovalDecision
 from agent.profiles import Profile
@@ -100,6 +101,13 @@ class RunBase:
     @property
     def finished(self) -> bool:
         return self.state.finished is not None
+
+    def set_approval_mode(self, mode: str) -> None:
+        """Change the run's approvals: the current worker at once, and every later one."""
+        mode = check_mode(mode)
+        self._record("slipstream_approval", {"approval": mode})
+        if self.worker is not None:
+            self.worker.set_approval_mode(mode)
 
     def resolve_approval(self, request_id: str, decision: ApprovalDecision) -> None:
         """Answer an approval of the current worker (from a `WorkerEvent`)."""

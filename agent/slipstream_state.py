@@ -54,6 +54,9 @@ class RunState:
         self.task = data["task"]
         self.settings = data
 
+    def _on_approval(self, data: dict[str, Any]) -> None:
+        self.settings = {**self.settings, "approval": data["approval"]}
+
     def _on_plan(self, data: dict[str, Any]) -> None:
         self.plan = list(steps_from_json(data["steps"]))
         self.replans += 1 if data.get("replan") else 0

@@ -92,6 +92,10 @@ class SlipstreamSession:
         """The run's own id, or one of its workers' (their events carry the worker's id)."""
         return agent_id == self.id or agent_id in self.worker_ids
 
+    def set_approval_mode(self, mode: str) -> None:
+        """The run's workers follow the new mode from now on (also after a resume)."""
+        self.run.set_approval_mode(mode)
+
     def cancel(self) -> None:
         self.run.cancel()
 

@@ -124,3 +124,25 @@ async def test_after_a_cloud_failure_a_resume_can_use_the_orchestrator_again(
         assert len(requests) == 4 and "Report for step 1" in requests[2]["messages"][-1]["content"]
         assert roles(manager, run.id) == ["user", "assistant"] * 4
         await manager.aclose()
+
+
+async def test_approval_mode_changed_mid_run_reaches_later_workers_and_resume(
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path)
+    with (
+        ScriptedServer([{"content": json.dumps(ONE_STEP)}], tmp_path / "cloud") as cloud,
+        ScriptedServer(WORKER, tmp_path / "worker") as worker,
+    ):
+        manager = AgentManager()
+        spec = SlipstreamSpec(project, "write a.txt", orchestrator_endpoint=cloud.url,
+                              orchestrator_model="m", worker_endpoint=worker.url, approval="ask")  # fmt: skip
+        run = Slipstream(manager).start(spec)
+        run.set_approval_mode("all")  # before the worker exists: it must start with "all"
+        cloud.add([{"content": ACCEPT}, {"content": DONE}])
+        events = await drive(run)
+        assert isinstance(events[-1], RunFinished) and events[-1].reason == "done"
+        (project / "a.txt").read_text()  # written without asking: the worker ran in "all"
+        workers = {e.worker_id for e in events if isinstance(e, StepStarted)}
+        assert [manager.store.get(w).approval for w in workers] == ["all"]
+        assert Slipstream(manager).resume(run.id).settings["approval"] == "all"

@@ -274,9 +274,11 @@ class AgentPane(SessionPane):
                 self.session.set_approval_mode(command.argument)
                 await transcript.add_notice(f"approval mode: {self.approval_mode}")
             else:
-                running = f" (this run keeps {self.session.approval_mode})" if self.busy else ""
+                if not self.session.run.finished:  # a running or stopped run follows it too
+                    self.session.set_approval_mode(command.argument)
                 await transcript.add_notice(
-                    f"approval mode of the next Slipstream task: {self.approval_mode}{running}"
+                    f"approval mode: {self.approval_mode} (this Slipstream run's workers "
+                    "and the next task)"
                 )
         elif command.name == "clear":
             if self.busy:
