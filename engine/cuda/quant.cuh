@@ -48,6 +48,20 @@ OJ_DEV void kquant_scale_min(const uint4& hdr, int j, float& sc, float& mn) {
     }
 }
 
+// The four sub-block scales a thread of the mma fragment needs (Q4_K and Q5_K share the
+// super-block header layout): f16x2 splats of d*sc and -dmin*mn.
+OJ_DEV void kquant_splat_scales(const uint4& hdr, int t, u32 (&ds)[4], u32 (&dmn)[4]) {
+    const float d = h2f((u16)(hdr.x & 0xFFFFu)), dmin = h2f((u16)(hdr.x >> 16));
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const int j = 2 * ((s >> 1) * 2 + (t >> 1)) + (s & 1);
+        float sc, mn;
+        kquant_scale_min(hdr, j, sc, mn);
+        ds[s] = h2_splat(d * sc);
+        dmn[s] = h2_splat(-dmin * mn);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 struct FragQ4K {
     uint4 hdr, q0, q1;
@@ -62,17 +76,7 @@ struct FragQ4K {
         q0 = *(const uint4*)(blk + 16 + 16 * t);
         q1 = *(const uint4*)(blk + 80 + 16 * t);
     }
-    OJ_DEV void prep(int t) {
-        const float d = h2f((u16)(hdr.x & 0xFFFFu)), dmin = h2f((u16)(hdr.x >> 16));
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            const int j = 2 * ((s >> 1) * 2 + (t >> 1)) + (s & 1);
-            float sc, mn;
-            kquant_scale_min(hdr, j, sc, mn);
-            ds[s] = h2_splat(d * sc);
-            dmn[s] = h2_splat(-dmin * mn);
-        }
-    }
+    OJ_DEV void prep(int t) { kquant_splat_scales(hdr, t, ds, dmn); }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
         const u32 word = w < 4 ? word_of(q0, w & 3) : word_of(q1, w & 3);
@@ -96,17 +100,7 @@ struct FragQ5K {
         q1 = *(const uint4*)(blk + 112 + 16 * t);
         t_ = t;
     }
-    OJ_DEV void prep(int t) {
-        const float d = h2f((u16)(hdr.x & 0xFFFFu)), dmin = h2f((u16)(hdr.x >> 16));
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            const int j = 2 * ((s >> 1) * 2 + (t >> 1)) + (s & 1);
-            float sc, mn;
-            kquant_scale_min(hdr, j, sc, mn);
-            ds[s] = h2_splat(d * sc);
-            dmn[s] = h2_splat(-dmin * mn);
-        }
-    }
+    OJ_DEV void prep(int t) { kquant_splat_scales(hdr, t, ds, dmn); }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
         const int G = (w < 4 ? 0 : 2) + (t_ >> 1), bit = 2 * G + h;
