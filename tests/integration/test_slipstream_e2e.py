@@ -91,6 +91,26 @@ async def drive(
     return events
 
 
+def scripted_run(
+    manager: AgentManager,
+    project: Path,
+    task: str,
+    cloud: ScriptedServer,
+    worker: ScriptedServer,
+    approval: str = "all",
+) -> SlipstreamRun:
+    """A run whose orchestrator and worker models are the two scripted servers."""
+    spec = SlipstreamSpec(
+        project,
+        task,
+        orchestrator_endpoint=cloud.url,
+        orchestrator_model="m",
+        worker_endpoint=worker.url,
+        approval=approval,
+    )
+    return Slipstream(manager).start(spec)
+
+
 def all_text(requests: list[dict[str, Any]]) -> str:
     return json.dumps(requests)
 

@@ -18,7 +18,7 @@ from agent.slipstream_cloud import CloudError, OrchestratorClient
 from agent.slipstream_events import CloudFailed, ReviewVerdict, RunFinished, StepStarted
 from openjet.config import update_values
 from openjet.paths import config_file
-from tests.integration.test_slipstream_e2e import PLAN, drive, make_project
+from tests.integration.test_slipstream_e2e import PLAN, drive, make_project, scripted_run
 from tests.support.memory_keyring import MemoryKeyring
 from tests.support.scripted_server import ScriptedServer
 
@@ -46,9 +46,7 @@ async def test_garbage_plan_twice_lets_the_local_model_do_the_task(tmp_path: Pat
         ScriptedServer(WORKER_ONE_STEP, tmp_path / "worker") as worker,
     ):
         manager = AgentManager()
-        spec = SlipstreamSpec(project, "make greet.py", orchestrator_endpoint=cloud.url,
-                              orchestrator_model="m", worker_endpoint=worker.url, approval="all")  # fmt: skip
-        run = Slipstream(manager).start(spec)
+        run = scripted_run(manager, project, "make greet.py", cloud, worker)
         events = await drive(run)
         requests = cloud.requests()
         worker_first = worker.requests()[0]["messages"][1]["content"]
@@ -82,9 +80,7 @@ async def test_one_bad_review_is_corrected_then_a_timeout_goes_local(tmp_path: P
         ScriptedServer(WORKER_ONE_STEP, tmp_path / "worker") as worker,
     ):
         manager = AgentManager()
-        spec = SlipstreamSpec(project, "make greet.py", orchestrator_endpoint=cloud.url,
-                              orchestrator_model="m", worker_endpoint=worker.url, approval="all")  # fmt: skip
-        run = Slipstream(manager).start(spec)
+        run = scripted_run(manager, project, "make greet.py", cloud, worker)
         started = time.monotonic()
         events = await drive(run)
         elapsed = time.monotonic() - started

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.api import AgentManager
-from agent.slipstream import Slipstream, SlipstreamSpec
+from agent.slipstream import Slipstream
 from agent.slipstream_events import (
     CloudActivity,
     CloudFailed,
@@ -18,7 +18,7 @@ from agent.slipstream_events import (
     SlipstreamEvent,
     StepStarted,
 )
-from tests.integration.test_slipstream_e2e import PLAN, drive, make_project
+from tests.integration.test_slipstream_e2e import PLAN, drive, make_project, scripted_run
 from tests.support.scripted_server import ScriptedServer
 
 ONE_STEP = {"steps": PLAN["steps"][:1]}
@@ -41,9 +41,7 @@ async def test_cancel_during_a_cloud_call_then_resume_resends_it_once(tmp_path: 
         ScriptedServer(WORKER, tmp_path / "worker") as worker,
     ):
         manager = AgentManager()
-        spec = SlipstreamSpec(project, "write a.txt", orchestrator_endpoint=cloud.url,
-                              orchestrator_model="m", worker_endpoint=worker.url, approval="all")  # fmt: skip
-        run = Slipstream(manager).start(spec)
+        run = scripted_run(manager, project, "write a.txt", cloud, worker)
         asyncio.get_running_loop().call_later(0.5, run.cancel)
         started = time.monotonic()
         events: list[SlipstreamEvent] = [event async for event in run.run()]
@@ -73,9 +71,7 @@ async def test_a_failing_local_worker_stops_the_run_and_resume_retries_the_step(
         ScriptedServer([{"status": 400, "error": "model exploded"}], tmp_path / "worker") as worker,
     ):
         manager = AgentManager()
-        spec = SlipstreamSpec(project, "write a.txt", orchestrator_endpoint=cloud.url,
-                              orchestrator_model="m", worker_endpoint=worker.url, approval="all")  # fmt: skip
-        run = Slipstream(manager).start(spec)
+        run = scripted_run(manager, project, "write a.txt", cloud, worker)
         events = await drive(run)
         (first,) = [e for e in events if isinstance(e, StepStarted)]
         finished = events[-1]
@@ -105,9 +101,7 @@ async def test_after_a_cloud_failure_a_resume_can_use_the_orchestrator_again(
         ScriptedServer(WORKER, tmp_path / "worker") as worker,
     ):
         manager = AgentManager()
-        spec = SlipstreamSpec(project, "write a.txt", orchestrator_endpoint=cloud.url,
-                              orchestrator_model="m", worker_endpoint=worker.url, approval="all")  # fmt: skip
-        run = Slipstream(manager).start(spec)
+        run = scripted_run(manager, project, "write a.txt", cloud, worker)
         events: list[SlipstreamEvent] = []
         async for event in run.run():  # the person stops when told the cloud failed
             events.append(event)
@@ -135,9 +129,7 @@ async def test_approval_mode_changed_mid_run_reaches_later_workers_and_resume(
         ScriptedServer(WORKER, tmp_path / "worker") as worker,
     ):
         manager = AgentManager()
-        spec = SlipstreamSpec(project, "write a.txt", orchestrator_endpoint=cloud.url,
-                              orchestrator_model="m", worker_endpoint=worker.url, approval="ask")  # fmt: skip
-        run = Slipstream(manager).start(spec)
+        run = scripted_run(manager, project, "write a.txt", cloud, worker, approval="ask")
         run.set_approval_mode("all")  # before the worker exists: it must start with "all"
         cloud.add([{"content": ACCEPT}, {"content": DONE}])
         events = await drive(run)
