@@ -17,6 +17,7 @@ from tests.support.scripted_server import ScriptedServer
 from tui.app import OpenJetApp
 from tui.launcher import resolve_target
 from tui.widgets.agent_pane import AgentPane
+from tui.widgets.approval_prompt import ApprovalPrompt
 from tui.widgets.prompt_input import PromptInput
 from tui.widgets.tool_call import ToolCallView
 from tui.widgets.transcript import Transcript
@@ -97,6 +98,14 @@ async def type_text(pilot: Pilot[Any], text: str) -> None:
     """Type into the focused input box (waiting first for an input box to have the focus)."""
     await wait_until(pilot, lambda: isinstance(pilot.app.focused, Input), "an input box focus")
     await pilot.press(*text)
+
+
+async def send_until_approval(pilot: Pilot[Any], pane: AgentPane, text: str) -> ApprovalPrompt:
+    """Send `text` from the focused input box and wait for the pane's approval prompt."""
+    await type_text(pilot, text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: pane.pending, "the approval prompt")
+    return pane.query_one(ApprovalPrompt)
 
 
 async def focus_pane_input(pilot: Pilot[Any], pane: AgentPane) -> None:

@@ -13,6 +13,7 @@ from tests.tui.conftest import (
     open_new_agent_dialog,
     pane_text,
     panes,
+    send_until_approval,
     type_text,
     wait_for_panes,
     wait_until,
@@ -81,10 +82,7 @@ async def test_pending_approval_does_not_block_other_agents(scripted, project: P
     async with app.run_test(size=(180, 45)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the first pane")
         first = panes(app)[0]
-        await type_text(pilot, "run the echo")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: first.pending, "the approval prompt")
-        prompt = first.query_one(ApprovalPrompt)
+        prompt = await send_until_approval(pilot, first, "run the echo")
         assert prompt.request.command == "echo approved-output"
         # The pane had focus, so its prompt takes it.
         await wait_until(pilot, lambda: app.focused is prompt, "focus on the prompt")

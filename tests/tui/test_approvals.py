@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.api import AgentManager
-from tests.tui.conftest import make_app, pane_text, panes, type_text, wait_until
-from tui.widgets.approval_prompt import ApprovalPrompt
+from tests.tui.conftest import (
+    make_app,
+    pane_text,
+    panes,
+    send_until_approval,
+    type_text,
+    wait_until,
+)
 
 
 def shell(command: str) -> dict[str, object]:
@@ -25,10 +31,7 @@ async def test_deny_with_reason_reaches_the_model(scripted, project: Path) -> No
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
         pane = panes(app)[0]
-        await type_text(pilot, "clean up")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: pane.pending, "the approval prompt")
-        prompt = pane.query_one(ApprovalPrompt)
+        prompt = await send_until_approval(pilot, pane, "clean up")
         await wait_until(pilot, lambda: app.focused is prompt, "focus on the prompt")
         await pilot.press("d")
         await wait_until(pilot, lambda: prompt.has_class("-denying"), "the reason box")
@@ -58,10 +61,7 @@ async def test_allow_prefix_for_the_agent_stops_asking(scripted, project: Path) 
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
         pane = panes(app)[0]
-        await type_text(pilot, "status please")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: pane.pending, "the approval prompt")
-        prompt = pane.query_one(ApprovalPrompt)
+        prompt = await send_until_approval(pilot, pane, "status please")
         assert prompt.prefix == "git status"
         await wait_until(pilot, lambda: app.focused is prompt, "focus on the prompt")
         await pilot.press("p")
@@ -78,9 +78,7 @@ async def test_quit_while_an_approval_waits(scripted, project: Path) -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
         pane = panes(app)[0]
-        await type_text(pilot, "deploy it")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: pane.pending, "the approval prompt")
+        await send_until_approval(pilot, pane, "deploy it")
         await pilot.press("ctrl+q")
         await wait_until(pilot, lambda: not app.is_running, "the app to quit", timeout=10)
     manager = AgentManager()
