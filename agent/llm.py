@@ -95,6 +95,7 @@ class LLMClient:
         self.retries = retries
         self.max_tokens = max_tokens  # per reply, unless a call gives its own
         self.backoff_s = backoff_s
+        self._models_doc: Any = None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
@@ -107,7 +108,7 @@ class LLMClient:
         """The model name to send: the configured one, else the endpoint's first model."""
         if self.model:
             return self.model
-        models = await self._get_json(f"{self.endpoint}/models")
+        models = await self._models()
         data = models.get("data") if isinstance(models, dict) else None
         first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
         self.model = str(first.get("id") or "default")
@@ -119,7 +120,7 @@ class LLMClient:
         Our engine (`meta.n_ctx` in /models), vLLM and SGLang (`max_model_len`), OpenRouter
         (`context_length`), and llama-server (`/props`: the per-slot `n_ctx`).
         """
-        models = await self._get_json(f"{self.endpoint}/models")
+        models = await self._models()
         data = models.get("data") if isinstance(models, dict) else None
         entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
         named = [e for e in entries if e.get("id") == self.model]
@@ -134,6 +135,12 @@ class LLMClient:
         settings = props.get("default_generation_settings") if isinstance(props, dict) else None
         n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
         return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+
+    async def _models(self) -> Any:
+        """The endpoint's /models document, fetched once (model name and context size use it)."""
+        if self._models_doc is None:
+            self._models_doc = await self._get_json(f"{self.endpoint}/models") or {}
+        return self._models_doc
 
     async def _get_json(self, url: str) -> Any:
         """GET a JSON document; None when the endpoint does not answer it."""
