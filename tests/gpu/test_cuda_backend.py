@@ -17,22 +17,17 @@ from engine.cuda.model import from_gguf
 from engine.gguf_file import open_gguf
 from engine.reference import ReferenceModel
 from engine.reference_ops import log_softmax
-from engine.synthetic import write_synthetic
+from tests.support import accuracy_cases as cases
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("synthetic")
-    return {
-        q: write_synthetic(root / f"tiny-{q}.gguf", "tiny", q, seed=3)
-        for q in ("f32", "q8_0", "q4_k_m", "mixed")
-    }
+    return cases.write_models(tmp_path_factory.mktemp("synthetic"))
 
 
-def _prompt(seed: int, n: int, vocab: int) -> tuple[int, ...]:
-    return tuple(int(t) for t in np.random.default_rng(seed).integers(0, vocab, n))
+_prompt = cases.prompt
 
 
 def _prefill_logits(backend: CudaBackend, slot: int, tokens: tuple[int, ...]) -> np.ndarray:
@@ -46,33 +41,37 @@ def _prefill_logits(backend: CudaBackend, slot: int, tokens: tuple[int, ...]) ->
 
 # The q8_0 KV pool and f16 product operands move logits by up to ~0.09 (numpy emulation of the
 # three sources on this model, bench/NOTES.md), so a position whose exact top-2 gap is below that
-# may flip: top-1 must agree wherever the gap is clear. Measured on the H200 (480 positions):
-# mean KL 3.4e-5 .. 1.5e-4; top-1 99.58 % (q8_0, q4_k_m, mixed) and 98.96 % (f32, whose model
-# has more near-ties); the emulation of the same error sources in numpy gives 99.58 % on q4_k_m,
-# so the issue's 99.5 % is at the edge for any q8_0-KV engine here. Overall floor: 98 %.
+# may flip: top-1 must agree wherever the gap is clear. The bar for the quantized mixes (issue 4
+# item 3) is llama.cpp's own quantized path on the same cases, measured on the CPU by
+# tests/integration/test_llamacpp_quantized_accuracy.py (this machine has no llama.cpp).
 CLEAR_GAP = 0.1
 
 
-@pytest.mark.parametrize("quant", ["f32", "q8_0", "q4_k_m", "mixed"])
+@pytest.mark.parametrize("quant", cases.MIXES)
 def test_logits_match_the_exact_reference(models: dict[str, Path], quant: str) -> None:
     gguf = open_gguf(models[quant])
     ref = ReferenceModel(gguf)
-    backend = CudaBackend(from_gguf(gguf), n_slots=4, kv_tokens=4096, max_rows=64)
+    backend = CudaBackend(from_gguf(gguf), n_slots=cases.N_PROMPTS, kv_tokens=4096, max_rows=64)
     want, got = [], []
-    for slot in range(4):
-        tokens = _prompt(slot + 1, 120, gguf.config.n_vocab)
+    for slot, tokens in enumerate(cases.prompts(gguf.config.n_vocab)):
         want.append(ref.forward(ref.new_state(), tokens).logits)
-        got += [_prefill_logits(backend, slot, tokens[i : i + 40]) for i in range(0, 120, 40)]
+        got += [_prefill_logits(backend, slot, chunk) for chunk in cases.chunks(tokens)]
     exact, ours = np.concatenate(want), np.concatenate(got)
     lp, lq = log_softmax(exact), log_softmax(ours)
     kl = float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
     agree = np.argmax(exact, -1) == np.argmax(ours, -1)
     top2 = np.sort(exact, -1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] >= CLEAR_GAP
+    theirs = cases.llamacpp_figures(quant) if quant in cases.QUANTIZED_MIXES else None
     print(f"{quant}: mean KL {kl:.2e}, top-1 {agree.mean():.4f} over {agree.size} positions")
+    print(f"{quant}: llama.cpp's quantized path: {theirs or 'not measured (not quantized)'}")
     assert kl <= 1e-3, f"mean KL {kl:.2e}"
     assert agree[clear].all(), f"top-1 differs at {int((~agree[clear]).sum())} clear positions"
-    assert agree.mean() >= 0.98, f"top-1 agreement {agree.mean():.4f}"
+    if theirs is not None:
+        assert kl < theirs.mean_kl, f"mean KL {kl:.2e} not below llama.cpp's {theirs.mean_kl:.2e}"
+        assert agree.mean() >= theirs.top1, f"top-1 {agree.mean():.4f} below llama.cpp's"
+    # bench/NOTES.md read 99.58 % (q8_0, q4_k_m, mixed) and 98.96 % (f32, before it was exact)
+    assert agree.mean() >= 0.995, f"top-1 agreement {agree.mean():.4f}"
 
 
 def _greedy(
