@@ -6,7 +6,11 @@ Both engines are driven through `POST /v1/completions` with token-id prompts (ex
 greedy, streamed with usage. Token ids of a reply (needed to build a follow-up conversation)
 come from a non-streamed request with `return_tokens` (OpenJet: /v1/completions; llama-server:
 its native /completion). Times are client-side `time.monotonic()` readings of SSE chunks; the
-servers' own `timings.prompt_ms` bounds a prefill.
+servers' own `timings.prompt_ms` bounds a prefill. Per-agent decode rates come from each
+server's own timings (`predicted_per_second`: tokens after the first over the time since the
+first), because OpenJet sends no chunk for a token that adds no text (the synthetic vocabulary's
+`[PAD]` tokens have empty pieces, and a random-weight model's greedy output can run into them):
+its client-side chunk times then miss tokens (`chunk_coverage` < 1 says so).
 """
 
 from __future__ import annotations
@@ -81,8 +85,9 @@ class Stream:
 
     llama-server (asked for `timings_per_token`) says how many tokens each chunk brings; for
     OpenJet, whose chunks carry text only, a chunk counts one token and the counts are scaled
-    to the final `usage.completion_tokens` (exact with speculation off, where each step sends
-    at most one token; uniform over the stream with forced drafts).
+    to the final `usage.completion_tokens` (exact with speculation off only when every token
+    brings text: a token without text sends no chunk; uniform over the stream with forced
+    drafts). `done` (the end of the stream) and the server's timings are exact either way.
     """
 
     sent: float
@@ -91,6 +96,7 @@ class Stream:
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    exact_counts: bool = False  # the chunks said how many tokens they hold (llama-server)
 
     @property
     def first(self) -> float | None:
@@ -105,11 +111,30 @@ class Stream:
         counted = self.events[-1][1] if self.events else 0
         return int(self.usage.get("completion_tokens") or counted)
 
+    @property
+    def coverage(self) -> float | None:
+        """Chunks that brought tokens per token generated (OpenJet, speculation off: 1.0 when
+        every token came with text; llama-server's chunks carry exact counts, so None)."""
+        if self.exact_counts:
+            return None
+        return len(self.events) / self.tokens if self.tokens else None
+
     def rate(self) -> float | None:
-        """Decode tok/s from the first to the last token."""
+        """Decode tok/s from the first to the last token, as the client saw the chunks."""
         if len(self.events) < 2 or self.events[-1][0] <= self.events[0][0]:
             return None
         return (self.tokens - 1) / (self.events[-1][0] - self.events[0][0])
+
+    def server_rate(self) -> float | None:
+        """Decode tok/s by the server's own clock (first to last token); None if not sent."""
+        value = self.timings.get("predicted_per_second")
+        return float(value) if value else None
+
+    def wall_rate(self) -> float | None:
+        """Tokens over the time from sending the request to the end of the stream."""
+        if self.done is None or self.done <= self.sent:
+            return None
+        return self.tokens / (self.done - self.sent)
 
     def _count_at(self, moment: float) -> int:
         count = 0
@@ -185,6 +210,8 @@ class Engine:
         produced = (chunk.get("timings") or {}).get("predicted_n")
         if produced is None:  # OpenJet: one chunk per step that produced text
             produced = before + 1 if choices[0].get("text") else before
+        else:
+            rec.exact_counts = True
         if produced > before:
             rec.events.append((now, int(produced)))
         elif choices[0].get("finish_reason") and not rec.events:
@@ -217,20 +244,27 @@ def agents_summary(streams: list[Stream]) -> dict[str, Any]:
     errors = [s.error for s in streams if s.error]
     firsts = [s.first for s in streams if s.first is not None]
     lasts = [s.last for s in streams if s.last is not None]
+    dones = [s.done for s in streams if s.done is not None]
     total = sum(s.tokens for s in streams)
+    rates = [s.server_rate() or s.rate() for s in streams]
+    coverages = [c for c in (s.coverage for s in streams) if c is not None]
+    exact = not coverages or min(coverages) >= 0.95  # client chunk times cover every token
     out: dict[str, Any] = {
         "agents": len(streams),
         "tokens": [s.tokens for s in streams],
-        "per_agent_tok_s": [s.rate() for s in streams],
-        "mean_per_agent_tok_s": _mean([s.rate() for s in streams]),
+        "per_agent_tok_s": rates,
+        "mean_per_agent_tok_s": _mean(rates),
+        "client_per_agent_tok_s": [s.rate() for s in streams],
+        "wall_per_agent_tok_s": [s.wall_rate() for s in streams],
         "ttft_s": [(s.first - s.sent) if s.first else None for s in streams],
+        "server_prompt_s": [float(s.timings.get("prompt_ms") or 0) / 1e3 for s in streams],
+        "chunk_coverage": min(coverages) if coverages else None,
         "errors": errors,
     }
-    if firsts and lasts and max(lasts) > min(firsts):
-        out["aggregate_tok_s"] = total / (max(lasts) - min(firsts))
-        out["wall_aggregate_tok_s"] = total / (max(lasts) - min(s.sent for s in streams))
+    if dones and len(dones) == len(streams):  # request sent to the last stream's end: exact
+        out["aggregate_tok_s"] = total / (max(dones) - min(s.sent for s in streams))
     start, end = max(firsts, default=0.0), min(lasts, default=0.0)
-    if len(firsts) == len(streams) and end > start:  # every agent decoding at once
+    if exact and len(firsts) == len(streams) and end > start:  # every agent decoding at once
         out["steady_aggregate_tok_s"] = sum(s.tokens_between(start, end) for s in streams) / (
             end - start
         )
@@ -329,6 +363,9 @@ async def interference(
         "b_prefill_s": window_end - b_sent,
         "b_prefill_tok_s": sizes.prefill / (window_end - b_sent),
         "b_timings": b_timings,
+        # False (OpenJet): A's rates count text chunks, and tokens without text go uncounted
+        "a_counts_exact": a.exact_counts,
+        "a_text_chunks": len(a.events),
     }
     conversation = b_prompt + b_ids
     result["follow_up"] = await follow_up(engine, client, conversation, prompts, sizes, "fu-20k")
