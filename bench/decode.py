@@ -217,7 +217,8 @@ VARIANTS: list[dict[str, Any]] = [
     {},  # the default
     {"mt": 1, "min_blocks": 3},
     {"max_stages": 3},
-    {"min_blocks1": 4, "min_blocks": 3, "mt": 1},
+    {"max_nt": 8},
+    {"mt": 1, "min_blocks": 3, "max_nt": 8},
 ]
 
 
@@ -281,7 +282,7 @@ def main() -> int:
             flush=True,
         )
         if args.variants:
-            info["variants"] = matmul_variants(model, [1, 4, 8, 12, 20, 512], floor)
+            info["variants"] = matmul_variants(model, [1, 4, 8, 12, 20, 64, 512], floor)
             if args.json:
                 args.json.write_text(json.dumps(info, indent=2))
             return 0

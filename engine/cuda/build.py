@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from engine.cuda.weights import Q4_K, Q5_K, Q6_K, Q8_0, TYPE_NAMES
 from openjet import paths
 
 SOURCE_DIR = Path(__file__).parent
@@ -119,10 +120,9 @@ def build_module(
 
 # Bytes one weight row's super-block takes in wmat_pipe's shared-memory ring (Frag::STRIDE in
 # quant.cuh; the generated source static_asserts that the two agree), by ggml type.
-PIPE_STRIDE = {12: 144, 13: 176, 14: 224, 8: 272}  # Q4_K, Q5_K, Q6_K, Q8_0
-PIPE_FRAGS = {12: ("q4_k", "FragQ4K"), 13: ("q5_k", "FragQ5K"), 14: ("q6_k", "FragQ6K"),
-              8: ("q8_0", "FragQ8_0")}  # fmt: skip
-MAX_NT = 4  # activation rows per pass = 8 * NT
+PIPE_STRIDE = {Q4_K: 144, Q5_K: 176, Q6_K: 224, Q8_0: 272}
+PIPE_FRAGS = {Q4_K: "FragQ4K", Q5_K: "FragQ5K", Q6_K: "FragQ6K", Q8_0: "FragQ8_0"}
+MAX_NT = 4  # activation rows per pass = 8 * NT (register-prefetch kernels)
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,7 @@ class MatmulConfig:
     pipeline: bool = True
     smem: int = 46 * 1024
     max_stages: int = 6
+    max_nt: int = 4  # wmat_pipe: up to 8 * max_nt rows share a weight tile (above 4: MT = 1)
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -150,15 +151,10 @@ class MatmulConfig:
             f"-DMM_MINB1={self.min_blocks1}",
         )
 
-    def rows_per_cta(self, nt: int, ggml_type: int | None = None) -> int:
-        if self.pipeline and ggml_type in PIPE_STRIDE:
-            return 16 * self.pipe_shape(ggml_type, nt)[0]
-        return 16 * (self.mt1 if nt == 1 else self.mt)
-
     def pipe_shape(self, ggml_type: int, nt: int) -> tuple[int, int]:
         """(MT, stages) of wmat_pipe for a format and NT: the configured MT unless fewer than two
         stages of it fit in `smem`, then one m-tile; as many stages as fit, up to max_stages."""
-        mt = self.mt1 if nt == 1 else self.mt
+        mt = self.mt1 if nt == 1 else self.mt if nt <= MAX_NT else 1  # NT > 4: no spills
         while True:
             stages = min(self.max_stages, self.smem // (self.nw * 16 * mt * PIPE_STRIDE[ggml_type]))
             if stages >= 2 or mt == 1:
@@ -173,17 +169,27 @@ class MatmulConfig:
     def pipe_source(self) -> str:
         """The wmat_pipe instantiations (appended to matmul.cu's source)."""
         lines = []
-        for ggml_type, (name, frag) in PIPE_FRAGS.items():
+        for ggml_type, frag in PIPE_FRAGS.items():
+            name = TYPE_NAMES[ggml_type]
             lines.append(
                 f'static_assert({frag}::STRIDE == {PIPE_STRIDE[ggml_type]}, "PIPE_STRIDE");'
             )
-            for nt in range(1, MAX_NT + 1):
+            for nt in range(1, self.max_nt + 1):
                 mt, stages = self.pipe_shape(ggml_type, nt)
                 minb = self.min_blocks1 if nt == 1 else self.min_blocks
                 lines.append(
                     f"OJ_MMP_KERNEL(mmp_{name}_{nt}, {frag}, {mt}, {nt}, {stages}, {minb})"
                 )
         return "\n".join(lines) + "\n"
+
+    def row_tile(self, ggml_type: int, n_rows: int) -> tuple[str, int, int]:
+        """(kernel name, NT, weight rows per CTA) of a product of n_rows activation rows."""
+        name = TYPE_NAMES[ggml_type]
+        if self.pipeline and ggml_type in PIPE_STRIDE:
+            nt = min(self.max_nt, (n_rows + 7) // 8)
+            return f"mmp_{name}_{nt}", nt, 16 * self.pipe_shape(ggml_type, nt)[0]
+        nt = min(MAX_NT, (n_rows + 7) // 8)
+        return f"mm_{name}_{nt}", nt, 16 * (self.mt1 if nt == 1 else self.mt)
 
 
 MATMUL_CONFIG = MatmulConfig()

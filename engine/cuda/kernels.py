@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from engine.cuda import build
-from engine.cuda.build import MAX_NT, KernelDims
-from engine.cuda.weights import F32, TYPE_NAMES, GpuWeight
+from engine.cuda.build import KernelDims
+from engine.cuda.weights import F32, GpuWeight
 
 ATT_SPLITS = 8  # attention.cu's default
 
@@ -46,12 +46,9 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
         args = (w.planes[0], _i32(w.rows), _i32(w.cols), x, _i32(x.strides[0] // 4), y)
         fn(grid, (128,), (*args, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate))))
         return
-    nt = min(MAX_NT, (R + 7) // 8)
     cfg = build.MATMUL_CONFIG
-    piped = cfg.pipeline and w.ggml_type in build.PIPE_STRIDE
-    name = f"{'mmp' if piped else 'mm'}_{TYPE_NAMES[w.ggml_type]}_{nt}"
+    name, nt, rows_per_cta = cfg.row_tile(w.ggml_type, R)
     fn = build.matmul_module(cfg).get_function(name)
-    rows_per_cta = cfg.rows_per_cta(nt, w.ggml_type)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles
     grid = ((R + 8 * nt - 1) // (8 * nt), (w.rows + rows_per_cta - 1) // rows_per_cta)
