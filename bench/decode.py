@@ -125,24 +125,30 @@ def step_layouts(n_rows: int) -> tuple[int, int]:
 def time_layout(backend: Any, slots: int, per: int, context: int, n_sample: int) -> float:
     """Graph-replay milliseconds of one step of `slots` slots x `per` rows each at positions
     context.., the last `n_sample` rows of each slot through the LM head and the draw."""
+    return time_rows(backend, [per] * slots, context, n_sample)
+
+
+def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) -> float:
+    """The same for slots of different row counts (slot i: per_slot[i] rows, the last
+    min(n_sample, rows) of them sampled): e.g. one decoding slot beside a prefill chunk."""
     import numpy as np
 
     from engine.cuda.forward import Layout
 
-    ws, T = backend.ws, slots * per
-    pos = np.concatenate([np.arange(context, context + per) for _ in range(slots)])
+    ws, T, slots = backend.ws, sum(per_slot), len(per_slot)
+    first = np.concatenate([[0], np.cumsum(per_slot)[:-1]]).astype(np.int32)
     ws.row_tok[:T].set(np.arange(T, dtype=np.int32) * 7)
-    ws.row_pos[:T].set(pos.astype(np.int32))
-    ws.row_slot[:T].set(np.repeat(np.arange(slots), per).astype(np.int32))
-    ws.row_first[:T].set(np.repeat(np.arange(slots) * per, per).astype(np.int32))
-    seg = np.array(
-        [np.arange(slots), np.arange(slots) * per, [per] * slots, [1] * slots, [per] * slots]
+    ws.row_pos[:T].set(
+        np.concatenate([np.arange(context, context + n) for n in per_slot]).astype(np.int32)
     )
+    ws.row_slot[:T].set(np.repeat(np.arange(slots), per_slot).astype(np.int32))
+    ws.row_first[:T].set(np.repeat(first, per_slot).astype(np.int32))
+    seg = np.array([np.arange(slots), first, per_slot, [1] * slots, per_slot])
     full = np.zeros(ws.seg.shape, np.int32)
     full[:, :slots] = seg
     ws.seg.set(full)
     sampled = np.concatenate(
-        [np.arange(s * per + per - n_sample, (s + 1) * per) for s in range(slots)]
+        [np.arange(f + n - min(n_sample, n), f + n) for f, n in zip(first, per_slot, strict=True)]
     )
     ws.sample_idx[: sampled.size].set(sampled.astype(np.int32))
     lay = Layout(T, slots, int(sampled.size), ws.t_save >= T)
@@ -304,6 +310,17 @@ def main() -> int:
         ):
             info[key] = breakdown(timed, backend)
             print(key, json.dumps({k: round(v, 3) for k, v in info[key].items()}), flush=True)
+        # one slot decoding beside another's prefill chunk of c rows: the scheduler's chunk
+        # size while others decode trades their tok/s against the prompt's progress
+        info["beside_prefill_ms"] = {
+            c: time_rows(backend, [1, c] if c else [1], args.context, 1)
+            for c in (0, 16, 32, 64, 128, 256)
+        }
+        print(
+            "decode row beside a prefill chunk of c rows, ms:",
+            info["beside_prefill_ms"],
+            flush=True,
+        )
         info["prefill_tok_per_s"] = {n: prefill(backend, n) for n in (512, 8192)}
         print("prefill tok/s:", info["prefill_tok_per_s"], flush=True)
     else:
