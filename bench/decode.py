@@ -122,43 +122,59 @@ def step_layouts(n_rows: int) -> tuple[int, int]:
     raise ValueError(f"no layout for {n_rows} rows")
 
 
-def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, Any]]:
-    """Graph-replay time of whole decode steps (trunk + LM head + draws) at `context` tokens."""
+def time_layout(backend: Any, slots: int, per: int, context: int, n_sample: int) -> float:
+    """Graph-replay milliseconds of one step of `slots` slots x `per` rows each at positions
+    context.., the last `n_sample` rows of each slot through the LM head and the draw."""
+    return time_rows(backend, [per] * slots, context, n_sample)
+
+
+def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) -> float:
+    """The same for slots of different row counts (slot i: per_slot[i] rows, the last
+    min(n_sample, rows) of them sampled): e.g. one decoding slot beside a prefill chunk."""
     import numpy as np
 
     from engine.cuda.forward import Layout
 
-    ws, out = backend.ws, []
+    ws, T, slots = backend.ws, sum(per_slot), len(per_slot)
+    first = np.concatenate([[0], np.cumsum(per_slot)[:-1]]).astype(np.int32)
+    ws.row_tok[:T].set(np.arange(T, dtype=np.int32) * 7)
+    ws.row_pos[:T].set(
+        np.concatenate([np.arange(context, context + n) for n in per_slot]).astype(np.int32)
+    )
+    ws.row_slot[:T].set(np.repeat(np.arange(slots), per_slot).astype(np.int32))
+    ws.row_first[:T].set(np.repeat(first, per_slot).astype(np.int32))
+    seg = np.array([np.arange(slots), first, per_slot, [1] * slots, per_slot])
+    full = np.zeros(ws.seg.shape, np.int32)
+    full[:, :slots] = seg
+    ws.seg.set(full)
+    sampled = np.concatenate(
+        [np.arange(f + n - min(n_sample, n), f + n) for f, n in zip(first, per_slot, strict=True)]
+    )
+    ws.sample_idx[: sampled.size].set(sampled.astype(np.int32))
+    lay = Layout(T, slots, int(sampled.size), ws.t_save >= T)
+
+    def launch() -> None:
+        backend.fwd.step_launches(lay)
+
+    return time_graph(launch) * 1e3
+
+
+def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, Any]]:
+    """Graph-replay time of whole decode steps (trunk + LM head + draws) at `context` tokens."""
+    out = []
     for n in rows:
         slots, per = step_layouts(n)
-        T = slots * per
-        pos = np.concatenate([np.arange(context, context + per) for _ in range(slots)])
-        ws.row_tok[:T].set(np.arange(T, dtype=np.int32) * 7)
-        ws.row_pos[:T].set(pos.astype(np.int32))
-        ws.row_slot[:T].set(np.repeat(np.arange(slots), per).astype(np.int32))
-        ws.row_first[:T].set(np.repeat(np.arange(slots) * per, per).astype(np.int32))
-        seg = np.array(
-            [np.arange(slots), np.arange(slots) * per, [per] * slots, [1] * slots, [per] * slots]
-        )
-        full = np.zeros(ws.seg.shape, np.int32)
-        full[:, :slots] = seg
-        ws.seg.set(full)
-        ws.sample_idx[:T].set(np.arange(T, dtype=np.int32))
-        lay = Layout(T, slots, T, True)
-
-        def launch(lay: Layout = lay) -> None:
-            backend.fwd.step_launches(lay)
-
-        seconds = time_graph(launch)
-        out.append({"rows": n, "slots": slots, "ms": seconds * 1e3})
+        ms = time_layout(backend, slots, per, context, per)
+        out.append({"rows": n, "slots": slots, "ms": ms})
     return out
 
 
-def breakdown(backend: Any, n_rows: int, context: int) -> dict[str, float]:
-    """Per-op share of one decode step: the step timed with one kind of op left out."""
+def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
+    """Per-op share of one step (`timed` gives its milliseconds): the step timed with one kind
+    of op left out."""
     from engine.cuda import kernels
 
-    full = decode_steps(backend, [n_rows], context)[0]["ms"]
+    full = timed()
     ops = backend.fwd.ops
     parts = {
         "weight products": [(kernels, "matmul")],
@@ -173,7 +189,7 @@ def breakdown(backend: Any, n_rows: int, context: int) -> dict[str, float]:
         for obj, attr, _ in saved:
             setattr(obj, attr, lambda *a, **k: None)
         try:
-            result[name] = full - decode_steps(backend, [n_rows], context)[0]["ms"]
+            result[name] = full - timed()
         finally:
             for obj, attr, fn in saved:
                 setattr(obj, attr, fn)
@@ -201,7 +217,15 @@ def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
     return n_tokens / (time.perf_counter() - start)
 
 
-VARIANTS = [(2, 4, 2, 1, 3), (2, 4, 3, 1, 4), (1, 4, 3, 1, 3)]  # mt, nw, minb, mt1, minb1
+# MatmulConfig fields per variant: the register-prefetch kernels (v4), then wmat_pipe variants.
+VARIANTS: list[dict[str, Any]] = [
+    {"pipeline": False},
+    {},  # the default
+    {"mt": 1, "min_blocks": 3},
+    {"max_stages": 3},
+    {"max_nt": 8},
+    {"mt": 1, "min_blocks": 3, "max_nt": 8},
+]
 
 
 def model_products(model: Any) -> list[weights.GpuWeight]:
@@ -220,22 +244,13 @@ def matmul_variants(model: Any, rows: list[int], floor: float) -> list[dict[str,
     mats, out = model_products(model), []
     default = build.MATMUL_CONFIG
     try:
-        for mt, nw, minb, mt1, minb1 in VARIANTS:
-            build.MATMUL_CONFIG = build.MatmulConfig(mt, nw, minb, mt1, minb1)
+        for fields in VARIANTS:
+            build.MATMUL_CONFIG = build.MatmulConfig(**fields)
             for n in rows:
                 seconds, nbytes = weight_pass(mats, n)
-                out.append(
-                    {
-                        "mt": mt,
-                        "nw": nw,
-                        "min_blocks": minb,
-                        "rows": n,
-                        "ms": seconds * 1e3,
-                        "x_floor": seconds / floor,
-                    }
-                )
+                out.append({**fields, "rows": n, "ms": seconds * 1e3, "x_floor": seconds / floor})
                 print(
-                    f"variant mt={mt} nw={nw} minb={minb} rows={n:3d}: {seconds * 1e3:8.3f} ms  {nbytes / seconds / 1e9:7.1f} GB/s  {seconds / floor:5.2f}x floor",
+                    f"variant {json.dumps(fields):48s} rows={n:3d}: {seconds * 1e3:8.3f} ms  {nbytes / seconds / 1e9:7.1f} GB/s  {seconds / floor:5.2f}x floor",
                     flush=True,
                 )
     finally:
@@ -273,7 +288,7 @@ def main() -> int:
             flush=True,
         )
         if args.variants:
-            info["variants"] = matmul_variants(model, [1, 8, 20], floor)
+            info["variants"] = matmul_variants(model, [1, 4, 8, 12, 20, 64, 512], floor)
             if args.json:
                 args.json.write_text(json.dumps(info, indent=2))
             return 0
@@ -288,10 +303,22 @@ def main() -> int:
                 flush=True,
             )
         info.update(floor_s=floor, weight_bytes=total, decode=table)
-        info["breakdown_1row_ms"] = breakdown(backend, 1, args.context)
+        for key, timed in (
+            ("breakdown_1row_ms", lambda: time_layout(backend, 1, 1, args.context, 1)),
+            ("breakdown_12rows_ms", lambda: time_layout(backend, 6, 2, args.context, 2)),
+            ("breakdown_prefill512_ms", lambda: time_layout(backend, 1, 512, 0, 1)),
+        ):
+            info[key] = breakdown(timed, backend)
+            print(key, json.dumps({k: round(v, 3) for k, v in info[key].items()}), flush=True)
+        # one slot decoding beside another's prefill chunk of c rows: the scheduler's chunk
+        # size while others decode trades their tok/s against the prompt's progress
+        info["beside_prefill_ms"] = {
+            c: time_rows(backend, [1, c] if c else [1], args.context, 1)
+            for c in (0, 16, 32, 64, 128, 256)
+        }
         print(
-            "per-op (1 row):",
-            json.dumps({k: round(v, 3) for k, v in info["breakdown_1row_ms"].items()}),
+            "decode row beside a prefill chunk of c rows, ms:",
+            info["beside_prefill_ms"],
             flush=True,
         )
         info["prefill_tok_per_s"] = {n: prefill(backend, n) for n in (512, 8192)}

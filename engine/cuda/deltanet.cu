@@ -79,8 +79,10 @@ extern "C" __global__ void dn_conv_commit(const float* mix, int ldm, float* conv
     for (int j = 0; j < 3; ++j) st[(size_t)j * C + c] = nv[j];
 }
 
-// The delta rule for one value head over the rows of one segment; thread c owns column c.
+// The delta rule for one value head over the rows of one segment; thread c owns column c (and
+// loads element c of the row's q and k: qwen35's key and value head dims are equal).
 // grid (HV, segments, layers), block DN_DV.
+static_assert(DN_DK == DN_DV, "dn_recur: one thread per key and value element");
 extern "C" __global__ void __launch_bounds__(DN_DV)
     dn_recur(const float* u, const float* z, int ldz, const float* beta, const float* alpha,
              int ldg, const float* ssm_a, const float* dt_bias, const float* ssm_norm,
@@ -104,34 +106,46 @@ extern "C" __global__ void __launch_bounds__(DN_DV)
 
     const float qscale = rsqrtf((float)DN_DK);
     const int t0 = seg_start[s], nrows = seg_rows[s];
+    // The next row's inputs are loaded into registers while this row is computed: prefill runs
+    // hundreds of rows one after another here, and each row's loads would otherwise stall it.
+    float qn = 0.0f, kn = 0.0f, vn = 0.0f, bn = 0.0f, an = 0.0f, zn = 0.0f;
+    auto load_row = [&](int t) {
+        const float* ut = u + (size_t)t * C;
+        qn = ut[g * DN_DK + c];
+        kn = ut[DN_HK * DN_DK + g * DN_DK + c];
+        vn = ut[2 * DN_HK * DN_DK + j * DN_DV + c];
+        bn = beta[(size_t)t * ldg + j];
+        an = alpha[(size_t)t * ldg + j];
+        if (y != nullptr) zn = z[(size_t)t * ldz + j * DN_DV + c];
+    };
+    if (nrows > 0) load_row(t0);
     for (int r = 0; r < nrows; ++r) {
         const int t = t0 + r;
-        const float* ut = u + (size_t)t * C;
         __syncthreads();  // previous row finished reading qs/ks
-        for (int i = c; i < DN_DK; i += DN_DV) {
-            qs[i] = ut[g * DN_DK + i] * qscale;
-            ks[i] = ut[DN_HK * DN_DK + g * DN_DK + i];
-        }
+        qs[c] = qn * qscale;
+        ks[c] = kn;
+        const float v = vn, zz = zn;
+        const float b = sigmoid_f(bn);
+        const float decay = __expf(ssm_a[j] * softplus_f(an + dt_bias[j]));
         __syncthreads();
-        const float v = ut[2 * DN_HK * DN_DK + j * DN_DV + c];
-        const float b = sigmoid_f(beta[(size_t)t * ldg + j]);
-        const float decay = __expf(ssm_a[j] * softplus_f(alpha[(size_t)t * ldg + j] + dt_bias[j]));
-        float rk = 0.0f;
+        if (r + 1 < nrows) load_row(t + 1);
+        // two partial sums: dependency chains of DN_DK/2 FMAs (four spill more registers)
+        float rk2[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < DN_DK; ++i) {
             st[i] *= decay;
-            rk += st[i] * ks[i];
+            rk2[i & 1] += st[i] * ks[i];
         }
-        const float delta = b * (v - rk);
-        float o = 0.0f;
+        const float delta = b * (v - (rk2[0] + rk2[1]));
+        float o2[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < DN_DK; ++i) {
             st[i] += ks[i] * delta;
-            o += st[i] * qs[i];
+            o2[i & 1] += st[i] * qs[i];
         }
+        const float o = o2[0] + o2[1];
         if (y != nullptr) {  // gated RMSNorm over the head's DN_DV outputs
             const float ms = block_sum(o * o, scratch) / (float)DN_DV;
-            const float zz = z[(size_t)t * ldz + j * DN_DV + c];
             y[(size_t)t * HV * DN_DV + j * DN_DV + c] =
                 o * rsqrtf(ms + OJ_EPS) * ssm_norm[c] * silu_f(zz);
         }

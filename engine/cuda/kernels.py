@@ -11,10 +11,7 @@ import numpy as np
 
 from engine.cuda import build
 from engine.cuda.build import KernelDims
-from engine.cuda.weights import TYPE_NAMES, GpuWeight
-
-MAX_NT = 4  # activation rows per pass = 8 * NT
-
+from engine.cuda.weights import F32, GpuWeight
 
 ATT_SPLITS = 8  # attention.cu's default
 
@@ -43,11 +40,18 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
     if R == 0:
         return
-    nt = min(MAX_NT, (R + 7) // 8)
+    if w.ggml_type == F32:
+        fn = build.matmul_module(build.MATMUL_CONFIG).get_function("mm_f32_exact")
+        grid = ((w.rows + 3) // 4, (R + 7) // 8)
+        args = (w.planes[0], _i32(w.rows), _i32(w.cols), x, _i32(x.strides[0] // 4), y)
+        fn(grid, (128,), (*args, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate))))
+        return
     cfg = build.MATMUL_CONFIG
-    fn = build.matmul_module(cfg).get_function(f"mm_{TYPE_NAMES[w.ggml_type]}_{nt}")
-    rows_per_cta = cfg.rows_per_cta(nt)
-    grid = ((w.rows + rows_per_cta - 1) // rows_per_cta, (R + 8 * nt - 1) // (8 * nt))
+    name, nt, rows_per_cta = cfg.row_tile(w.ggml_type, R)
+    fn = build.matmul_module(cfg).get_function(name)
+    # x: row groups of the same weight tile run side by side (the tile is read from L2 after
+    # the first); y: weight tiles
+    grid = ((R + 8 * nt - 1) // (8 * nt), (w.rows + rows_per_cta - 1) // rows_per_cta)
     fn(
         grid,
         (32 * cfg.nw,),
