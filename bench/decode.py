@@ -217,15 +217,8 @@ def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
     return n_tokens / (time.perf_counter() - start)
 
 
-# MatmulConfig fields per variant: the register-prefetch kernels (v4), then wmat_pipe variants.
-VARIANTS: list[dict[str, Any]] = [
-    {"pipeline": False},
-    {},  # the default
-    {"mt": 1, "min_blocks": 3},
-    {"max_stages": 3},
-    {"max_nt": 8},
-    {"mt": 1, "min_blocks": 3, "max_nt": 8},
-]
+# MatmulConfig fields per variant: the default, then the row kernel alone at every row count.
+VARIANTS: list[dict[str, Any]] = [{}, {"gemm": False}]
 
 
 def model_products(model: Any) -> list[weights.GpuWeight]:
@@ -288,7 +281,7 @@ def main() -> int:
             flush=True,
         )
         if args.variants:
-            info["variants"] = matmul_variants(model, [1, 4, 8, 12, 20, 64, 512], floor)
+            info["variants"] = matmul_variants(model, [1, 8, 20, 33, 64, 512], floor)
             if args.json:
                 args.json.write_text(json.dumps(info, indent=2))
             return 0

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engine.cuda.weights import Q4_K, Q5_K, Q6_K, Q8_0, TYPE_NAMES
+from engine.cuda.weights import TYPE_NAMES
 from openjet import paths
 
 SOURCE_DIR = Path(__file__).parent
@@ -98,18 +98,14 @@ def _compile_cubin(source: str, options: tuple[str, ...], arch: int) -> bytes:
 
 
 def build_module(
-    sources: tuple[str, ...],
-    dims: KernelDims | None = None,
-    extra: tuple[str, ...] = (),
-    suffix: str = "",
+    sources: tuple[str, ...], dims: KernelDims | None = None, extra: tuple[str, ...] = ()
 ) -> Any:
-    """A cupy.RawModule holding `sources` (+ `suffix`, generated code), compiled (or read from the
-    cache) for this GPU."""
+    """A cupy.RawModule holding `sources`, compiled (or read from the cache) for this GPU."""
     import cupy
 
     arch = detected_arch()
     options = ("-std=c++17", *(dims.defines() if dims else ()), *extra)
-    source = module_source(sources) + suffix
+    source = module_source(sources)
     path = kernel_cache_dir() / f"{cache_key(source, options, arch)}.cubin"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
@@ -118,29 +114,32 @@ def build_module(
     return cupy.RawModule(path=str(path))
 
 
-# Bytes one weight row's super-block takes in wmat_pipe's shared-memory ring (Frag::STRIDE in
-# quant.cuh; the generated source static_asserts that the two agree), by ggml type.
-PIPE_STRIDE = {Q4_K: 144, Q5_K: 176, Q6_K: 224, Q8_0: 272}
-PIPE_FRAGS = {Q4_K: "FragQ4K", Q5_K: "FragQ5K", Q6_K: "FragQ6K", Q8_0: "FragQ8_0"}
-MAX_NT = 4  # activation rows per pass = 8 * NT (register-prefetch kernels)
+MAX_NT = 4  # activation rows per pass of wmat_rows = 8 * NT
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One product's launch: kernel name, activation rows per CTA (grid x), weight rows per CTA
+    (grid y), threads per CTA."""
+
+    name: str
+    rows_per_group: int
+    rows_per_cta: int
+    threads: int
 
 
 @dataclass(frozen=True)
 class MatmulConfig:
     """Tiling of the weight x rows kernels (bench/decode.py times several); mt1/min_blocks1 are
-    for the single-row (NT = 1) kernels. `pipeline` routes quantized weights through wmat_pipe
-    with at most `smem` bytes of static shared memory per CTA (48 KiB is the static limit on
-    every architecture) and at most `max_stages` stages per warp."""
+    for the single-row (NT = 1) kernels; `gemm` sends products of more than 8 * MAX_NT rows to
+    wmat_gemm."""
 
     mt: int = 2  # 16-row m-tiles per warp
     nw: int = 4  # warps per CTA
     min_blocks: int = 2  # launch-bounds occupancy hint (caps registers)
     mt1: int = 1
     min_blocks1: int = 3
-    pipeline: bool = True
-    smem: int = 46 * 1024
-    max_stages: int = 6
-    max_nt: int = 4  # wmat_pipe: up to 8 * max_nt rows share a weight tile (above 4: MT = 1)
+    gemm: bool = True
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -151,45 +150,15 @@ class MatmulConfig:
             f"-DMM_MINB1={self.min_blocks1}",
         )
 
-    def pipe_shape(self, ggml_type: int, nt: int) -> tuple[int, int]:
-        """(MT, stages) of wmat_pipe for a format and NT: the configured MT unless fewer than two
-        stages of it fit in `smem`, then one m-tile; as many stages as fit, up to max_stages."""
-        mt = self.mt1 if nt == 1 else self.mt if nt <= MAX_NT else 1  # NT > 4: no spills
-        while True:
-            stages = min(self.max_stages, self.smem // (self.nw * 16 * mt * PIPE_STRIDE[ggml_type]))
-            if stages >= 2 or mt == 1:
-                break
-            mt = 1
-        if stages < 2:
-            raise ValueError(
-                f"matmul config {self}: no two pipeline stages fit for type {ggml_type}"
-            )
-        return mt, stages
-
-    def pipe_source(self) -> str:
-        """The wmat_pipe instantiations (appended to matmul.cu's source)."""
-        lines = []
-        for ggml_type, frag in PIPE_FRAGS.items():
-            name = TYPE_NAMES[ggml_type]
-            lines.append(
-                f'static_assert({frag}::STRIDE == {PIPE_STRIDE[ggml_type]}, "PIPE_STRIDE");'
-            )
-            for nt in range(1, self.max_nt + 1):
-                mt, stages = self.pipe_shape(ggml_type, nt)
-                minb = self.min_blocks1 if nt == 1 else self.min_blocks
-                lines.append(
-                    f"OJ_MMP_KERNEL(mmp_{name}_{nt}, {frag}, {mt}, {nt}, {stages}, {minb})"
-                )
-        return "\n".join(lines) + "\n"
-
-    def row_tile(self, ggml_type: int, n_rows: int) -> tuple[str, int, int]:
-        """(kernel name, NT, weight rows per CTA) of a product of n_rows activation rows."""
+    def row_tile(self, ggml_type: int, n_rows: int) -> Tile:
+        """The kernel of a product of n_rows activation rows and how it tiles the rows."""
         name = TYPE_NAMES[ggml_type]
-        if self.pipeline and ggml_type in PIPE_STRIDE:
-            nt = min(self.max_nt, (n_rows + 7) // 8)
-            return f"mmp_{name}_{nt}", nt, 16 * self.pipe_shape(ggml_type, nt)[0]
+        if self.gemm and n_rows > 8 * MAX_NT:
+            return Tile(f"mmg_{name}", 64, 64, 128)  # wmat_gemm: fixed 64 x 64 tile, 4 warps
         nt = min(MAX_NT, (n_rows + 7) // 8)
-        return f"mm_{name}_{nt}", nt, 16 * (self.mt1 if nt == 1 else self.mt)
+        return Tile(
+            f"mm_{name}_{nt}", 8 * nt, 16 * (self.mt1 if nt == 1 else self.mt), 32 * self.nw
+        )
 
 
 MATMUL_CONFIG = MatmulConfig()
@@ -197,7 +166,7 @@ MATMUL_CONFIG = MatmulConfig()
 
 @cache
 def matmul_module(config: MatmulConfig = MATMUL_CONFIG) -> Any:
-    return build_module(MATMUL_SOURCES, extra=config.defines(), suffix=config.pipe_source())
+    return build_module(MATMUL_SOURCES, extra=config.defines())
 
 
 @cache

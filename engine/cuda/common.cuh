@@ -53,26 +53,6 @@ OJ_DEV u32 hfma2(u32 a, u32 b, u32 c) {
 }
 OJ_DEV float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 
-// ---- asynchronous global -> shared copies (cp.async, sm_80+) ----------------------------
-OJ_DEV u32 smem_addr(const void* p) {
-    u32 r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-// 16 bytes, bypassing L1 (weights are read once)
-OJ_DEV void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-OJ_DEV void cp_async4(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-OJ_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-OJ_DEV void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // ---- math ---------------------------------------------------------------------------------
 OJ_DEV float silu_f(float x) { return x / (1.0f + __expf(-x)); }
 OJ_DEV float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }

@@ -47,14 +47,14 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
         fn(grid, (128,), (*args, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate))))
         return
     cfg = build.MATMUL_CONFIG
-    name, nt, rows_per_cta = cfg.row_tile(w.ggml_type, R)
-    fn = build.matmul_module(cfg).get_function(name)
+    tile = cfg.row_tile(w.ggml_type, R)
+    fn = build.matmul_module(cfg).get_function(tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles
-    grid = ((R + 8 * nt - 1) // (8 * nt), (w.rows + rows_per_cta - 1) // rows_per_cta)
+    grid = (-(-R // tile.rows_per_group), -(-w.rows // tile.rows_per_cta))
     fn(
         grid,
-        (32 * cfg.nw,),
+        (tile.threads,),
         (
             *w.pointers(),
             _i32(w.rows),

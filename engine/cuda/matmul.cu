@@ -1,23 +1,17 @@
 // Weight x rows products: Y[r][n] (+)= sum_k W[n][k] * X[r][k].
 //
-// Quantized weights (Q4_K, Q5_K, Q6_K, Q8_0) go through `wmat_pipe`, f16 weights through
-// `wmat_rows`, both on the tensor cores (mma.sync m16n8k16, f16 operands, f32 accumulation,
-// sm_80+); f32 weights through `mm_f32_exact`, plain f32 arithmetic on the CUDA cores.
+// Quantized and f16 weights run on the tensor cores (mma.sync m16n8k16, f16 operands, f32
+// accumulation, sm_80+): `wmat_rows` for up to 8*MAX_NT rows (decode), `wmat_gemm` above that
+// (prefill); f32 weights through `mm_f32_exact`, plain f32 arithmetic on the CUDA cores.
 //
-// One CTA owns 16*MT output features (weight rows) and reads each of their weight blocks from
-// memory exactly once for all R <= 8*NT activation rows of the launch; blockIdx.x walks further
-// groups of 8*NT rows (prefill), so the CTAs that share a weight tile run side by side and the
-// tile comes from L2 after the first. The NW warps split the K super-blocks round-robin (fixed
-// by K, never by R) and are summed in warp order at the end, so a row's result does not depend
-// on how many other rows share the launch (batch invariance). Weights are dequantized to f16 in
-// registers (quant.cuh), activations are rounded to f16.
-//
-// `wmat_pipe` keeps HBM busy with a per-warp ring of S stages in shared memory filled by
-// cp.async: each stage holds one super-block of the warp's 16*MT rows, and S-1 stages are in
-// flight while the warp computes on the oldest (the register-prefetch kernel had at most two
-// super-blocks per warp in flight, too few bytes to cover HBM latency at one row). Its numerics
-// are those of `wmat_rows` (same fragments, same order). The instantiations (format, NT, MT, S)
-// are chosen and appended by engine/cuda/build.py.
+// wmat_rows: one CTA owns 16*MT output features (weight rows) and reads each of their weight
+// blocks from memory exactly once for all R <= 8*NT activation rows of the launch. The NW warps
+// split the K super-blocks round-robin (fixed by K, never by R) and are summed in warp order at
+// the end, so a row's result does not depend on how many other rows share the launch (batch
+// invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
+// (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
+// cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows: the loop is bound by
+// instruction issue, not by bytes in flight; bench/NOTES.md.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
@@ -161,90 +155,6 @@ OJ_DEV void wmat_rows(const WDesc W, const float* __restrict__ X, int ldx, float
     reduce_store<MT, NT>(&red[0][0][0], acc, W.rows, Y, ldy, row0, nrows, accumulate);
 }
 
-// One warp's share of the pipelined product: its super-blocks sb = warp, warp + NW, ... of the
-// CTA's 16*MT rows, each staged whole into shared memory by cp.async S-1 steps ahead.
-template <class Frag, int MT, int S>
-struct PipeRing {
-    static constexpr int ROWS = 16 * MT;
-    static constexpr int STAGE = ROWS * Frag::STRIDE;  // bytes of one stage
-    static constexpr int BYTES = MM_NW * S * STAGE;    // the whole CTA's rings
-
-    // Issue the copies of super-block sb of rows row0.. into `stage` (every lane takes part).
-    OJ_DEV static void fill(const WDesc& W, int row0, int sb, u8* stage, int lane) {
-        for (int idx = lane; idx < ROWS * Frag::N16; idx += 32) {
-            const int r = idx / Frag::N16, i = idx - r * Frag::N16;
-            cp_async16(stage + r * Frag::STRIDE + 16 * i, Frag::piece(W, min(row0 + r, W.rows - 1), sb, i));
-        }
-        for (int r = lane; r < ROWS; r += 32) Frag::piece4(W, min(row0 + r, W.rows - 1), sb, stage + r * Frag::STRIDE);
-    }
-};
-
-template <class Frag, int MT, int NT, int S>
-OJ_DEV void wmat_pipe(const WDesc W, const float* __restrict__ X, int ldx, float* __restrict__ Y,
-                      int ldy, int R, int accumulate) {
-    typedef PipeRing<Frag, MT, S> Ring;
-    constexpr int RED = MM_NW * MT * NT * 4 * 32 * 4;  // bytes of the cross-warp sum
-    __shared__ __align__(16) u8 smem[Ring::BYTES > RED ? Ring::BYTES : RED];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.y * 16 * MT;
-    const int rbase = blockIdx.x * 8 * NT;
-    const int nrows = min(8 * NT, R - rbase);
-    X += (size_t)rbase * ldx;
-    Y += (size_t)rbase * ldy;
-
-    float acc[MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
-
-    const int nsb = W.cols >> 8;
-    const int mine = nsb > warp ? (nsb - warp + MM_NW - 1) / MM_NW : 0;  // this warp's super-blocks
-    u8* ring = smem + warp * S * Ring::STAGE;
-    // Every iteration commits one group (empty when nothing is left), so "the oldest S-1
-    // groups may still fly" always means "stage i has landed".
-#pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-        if (s < mine) Ring::fill(W, row0, warp + s * MM_NW, ring + s * Ring::STAGE, lane);
-        cp_async_commit();
-    }
-    for (int i = 0; i < mine; ++i) {
-        const int ahead = i + S - 1;
-        if (ahead < mine) Ring::fill(W, row0, warp + ahead * MM_NW, ring + (ahead % S) * Ring::STAGE, lane);
-        cp_async_commit();
-        cp_async_wait<S - 1>();
-        __syncwarp();  // every lane's copies of stage i are visible to the whole warp
-        const u8* stage = ring + (i % S) * Ring::STAGE;
-        const int sb = warp + i * MM_NW;
-        Frag cur[MT][2];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = 16 * m + 8 * h + gid;
-                const size_t b = (size_t)min(row0 + r, W.rows - 1) * nsb + sb;
-                cur[m][h].lds(stage + r * Frag::STRIDE, t, b);
-                cur[m][h].prep(t);
-            }
-        mma_superblock<Frag, MT, NT>(cur, acc, X, ldx, sb, nrows, gid, t);
-        __syncwarp();  // stage i is refilled by the next iteration's copies
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the rings become the cross-warp sum buffer
-    reduce_store<MT, NT>((float*)smem, acc, W.rows, Y, ldy, row0, nrows, accumulate);
-}
-
-// Instantiated by build.py: one kernel per (format, NT) with the MT and S it chose.
-#define OJ_MMP_KERNEL(NAME, FRAG, MT, NT, S, MINB)                                                \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
-        NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
-             const float* X, int ldx, float* Y, int ldy, int R, int accumulate) {                 \
-        const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_pipe<FRAG, MT, NT, S>(W, X, ldx, Y, ldy, R, accumulate);                             \
-    }
-
 // F32 weights (the tiny DeltaNet beta/alpha projections of every mix, and whole f32 models):
 // plain f32 FMAs, so an f32 model's products are as exact as the reference's. A warp owns one
 // weight row and 8 activation rows (grid: rows/4 x R/8); lane l sums k = 4l + 128j in order,
@@ -290,8 +200,7 @@ extern "C" __global__ void __launch_bounds__(128)
         wmat_rows<FRAG, MT, NT>(W, X, ldx, Y, ldy, R, accumulate);                                \
     }
 
-// The register-prefetch kernels: f16 weights, and every quantized format for bench/decode.py's
-// comparison. Tilings chosen by its sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
+// Tilings chosen by bench/decode.py's sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
 // and 3 CTAs/SM for single-row products, two tiles per warp (B fragments shared) above that.
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
@@ -306,6 +215,128 @@ OJ_MM_ALL_NT(mm_q5_k, FragQ5K)
 OJ_MM_ALL_NT(mm_q6_k, FragQ6K)
 OJ_MM_ALL_NT(mm_q8_0, FragQ8_0)
 OJ_MM_ALL_NT(mm_f16, FragF16)
+
+// Many rows (prefill): a tiled product. A CTA of 4 warps owns 64 weight rows (4 m-tiles) x 64
+// activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into shared
+// memory (A fragments, in the register kernel's fragment order) and converts two n-tiles of
+// activations (B fragments); then each warp runs its 2 x 4 tile of mma from shared memory. So
+// a weight is dequantized once per 64 rows and an activation converted once per 64 features.
+// Batch invariance: the super-blocks are visited in the register kernel's K split (class
+// w = sb mod MM_NW, each class summed from zero in order, the classes added in order), so every
+// output element is bit for bit what wmat_rows gives, at any row count.
+template <class Frag>
+OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float* __restrict__ Y,
+                      int ldy, int R, int accumulate) {
+    __shared__ uint4 As[4][8][32];  // [m-tile][chunk of the half][lane]: a0 a1 a2 a3
+    __shared__ uint2 Bs[8][8][32];  // [n-tile][chunk of the half][lane]: b0 b1
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const int wm = warp >> 1, wn = warp & 1;  // this warp's m-tiles 2wm.., n-tiles 4wn..
+    const int row0 = blockIdx.y * 64;
+    const int rbase = blockIdx.x * 64;
+    const int nrows = min(64, R - rbase);
+    X += (size_t)rbase * ldx;
+    Y += (size_t)rbase * ldy;
+
+    float total[2][4][4], acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) total[i][j][q] = 0.0f;
+
+    const int nsb = W.cols >> 8;
+    for (int w = 0; w < MM_NW; ++w) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+        for (int sb = w; sb < nsb; sb += MM_NW) {
+            Frag fa[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                fa[h].load(W, min(row0 + 16 * warp + 8 * h + gid, W.rows - 1), sb, t);
+                fa[h].prep(t);
+            }
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+#pragma unroll
+                for (int cc = 0; cc < 8; ++cc) {
+                    u32 a0, a1, a2, a3;
+                    fa[0].get(8 * half + cc, a0, a2);
+                    fa[1].get(8 * half + cc, a1, a3);
+                    As[warp][cc][lane] = make_uint4(a0, a1, a2, a3);
+                }
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const int n = 2 * warp + q, r = 8 * n + gid;
+#pragma unroll
+                    for (int cc = 0; cc < 8; ++cc) {
+                        uint2 b = make_uint2(0u, 0u);
+                        if (r < nrows) {
+                            const int e = sb * 256 + Frag::e0(t, 8 * half + cc);
+                            const float4 x = *(const float4*)(X + (size_t)r * ldx + e);
+                            b = make_uint2(pack_h2(x.x, x.z), pack_h2(x.y, x.w));
+                        }
+                        Bs[n][cc][lane] = b;
+                    }
+                }
+                __syncthreads();
+#pragma unroll
+                for (int cc = 0; cc < 8; ++cc) {
+                    uint4 a[2];
+                    uint2 b[4];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) a[i] = As[2 * wm + i][cc][lane];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) b[j] = Bs[4 * wn + j][cc][lane];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j)
+                            mma_16816(acc[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
+                }
+                __syncthreads();  // the next half overwrites As and Bs
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) total[i][j][q] += acc[i][j][q];
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int out_row = row0 + 16 * (2 * wm + i) + gid + 8 * (q >> 1);
+                const int r = 8 * (4 * wn + j) + 2 * t + (q & 1);
+                if (out_row < W.rows && r < nrows) {
+                    float* y = Y + (size_t)r * ldy + out_row;
+                    *y = accumulate ? *y + total[i][j][q] : total[i][j][q];
+                }
+            }
+}
+
+#define OJ_MMG_KERNEL(NAME, FRAG)                                                                 \
+    extern "C" __global__ void __launch_bounds__(128, 3)                                          \
+        NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
+             const float* X, int ldx, float* Y, int ldy, int R, int accumulate) {                 \
+        const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
+        wmat_gemm<FRAG>(W, X, ldx, Y, ldy, R, accumulate);                                        \
+    }
+
+OJ_MMG_KERNEL(mmg_q4_k, FragQ4K)
+OJ_MMG_KERNEL(mmg_q5_k, FragQ5K)
+OJ_MMG_KERNEL(mmg_q6_k, FragQ6K)
+OJ_MMG_KERNEL(mmg_q8_0, FragQ8_0)
+OJ_MMG_KERNEL(mmg_f16, FragF16)
 
 // Dequantized rows of a weight (the token embedding gather, and tests of the formats).
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]

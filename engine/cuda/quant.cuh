@@ -76,17 +76,6 @@ struct FragQ4K {
         q0 = *(const uint4*)(blk + 16 + 16 * t);
         q1 = *(const uint4*)(blk + 80 + 16 * t);
     }
-    // Staged copy (matmul.cu's pipeline): the 144-byte block as nine 16-byte pieces.
-    static constexpr int STRIDE = 144, N16 = 9;
-    OJ_DEV static const u8* piece(const WDesc& W, int row, int sb, int i) {
-        return W.p0 + ((size_t)row * (W.cols >> 8) + sb) * 144 + 16 * i;
-    }
-    OJ_DEV static void piece4(const WDesc&, int, int, u8*) {}
-    OJ_DEV void lds(const u8* s, int t, size_t) {
-        hdr = *(const uint4*)s;
-        q0 = *(const uint4*)(s + 16 + 16 * t);
-        q1 = *(const uint4*)(s + 80 + 16 * t);
-    }
     OJ_DEV void prep(int t) { kquant_splat_scales(hdr, t, ds, dmn); }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
@@ -109,18 +98,6 @@ struct FragQ5K {
         qh = *(const uint4*)(blk + 16 + 16 * (t & 1));
         q0 = *(const uint4*)(blk + 48 + 16 * t);
         q1 = *(const uint4*)(blk + 112 + 16 * t);
-        t_ = t;
-    }
-    static constexpr int STRIDE = 176, N16 = 11;
-    OJ_DEV static const u8* piece(const WDesc& W, int row, int sb, int i) {
-        return W.p0 + ((size_t)row * (W.cols >> 8) + sb) * 176 + 16 * i;
-    }
-    OJ_DEV static void piece4(const WDesc&, int, int, u8*) {}
-    OJ_DEV void lds(const u8* s, int t, size_t) {
-        hdr = *(const uint4*)s;
-        qh = *(const uint4*)(s + 16 + 16 * (t & 1));
-        q0 = *(const uint4*)(s + 48 + 16 * t);
-        q1 = *(const uint4*)(s + 112 + 16 * t);
         t_ = t;
     }
     OJ_DEV void prep(int t) { kquant_splat_scales(hdr, t, ds, dmn); }
@@ -157,27 +134,6 @@ struct FragQ6K {
         sc = *(const uint4*)(W.p2 + b * 16);
         dbits = *(const u16*)(W.p3 + b * 2);
     }
-    // Staged: ql (8 pieces) | qh (4) | scales (1) | the aligned 4-byte word holding d (at 208).
-    static constexpr int STRIDE = 224, N16 = 13;
-    OJ_DEV static const u8* piece(const WDesc& W, int row, int sb, int i) {
-        const size_t b = (size_t)row * (W.cols >> 8) + sb;
-        return i < 8 ? W.p0 + b * 128 + 16 * i : i < 12 ? W.p1 + b * 64 + 16 * (i - 8) : W.p2 + b * 16;
-    }
-    OJ_DEV static void piece4(const WDesc& W, int row, int sb, u8* dst) {
-        const size_t b = (size_t)row * (W.cols >> 8) + sb;
-        cp_async4(dst + 208, W.p3 + (b & ~(size_t)1) * 2);  // d of blocks b & ~1 and b | 1
-    }
-    OJ_DEV void lds(const u8* s, int t, size_t b) {
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-#pragma unroll
-            for (int p = 0; p < 2; ++p) ql[n][p] = *(const uint2*)(s + 64 * n + 32 * p + 8 * t);
-            qh[n] = *(const uint2*)(s + 128 + 32 * n + 8 * t);
-        }
-        sc = *(const uint4*)(s + 192);
-        const u32 dw = *(const u32*)(s + 208);
-        dbits = (u16)((b & 1) ? dw >> 16 : dw & 0xFFFFu);
-    }
     OJ_DEV void prep(int t) {
         const float d = h2f(dbits);
 #pragma unroll
@@ -211,18 +167,6 @@ struct FragQ8_0 {
         for (int i = 0; i < 4; ++i) qv[i] = *(const uint4*)(q + 16 * i);
         dpair = *(const u32*)(W.p1 + ((size_t)row * (W.cols >> 5) + sb * 8 + 2 * t) * 2);
     }
-    // Staged: the 256 quants (16 pieces) | the 8 block scales (1 piece).
-    static constexpr int STRIDE = 272, N16 = 17;
-    OJ_DEV static const u8* piece(const WDesc& W, int row, int sb, int i) {
-        return i < 16 ? W.p0 + (size_t)row * W.cols + sb * 256 + 16 * i
-                      : W.p1 + ((size_t)row * (W.cols >> 5) + sb * 8) * 2;
-    }
-    OJ_DEV static void piece4(const WDesc&, int, int, u8*) {}
-    OJ_DEV void lds(const u8* s, int t, size_t) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) qv[i] = *(const uint4*)(s + 64 * t + 16 * i);
-        dpair = *(const u32*)(s + 256 + 4 * t);
-    }
     OJ_DEV void prep(int) {
         dsp[0] = (dpair & 0xFFFFu) | (dpair << 16);
         dsp[1] = (dpair >> 16) | (dpair & 0xFFFF0000u);
@@ -250,7 +194,6 @@ struct FragF16 {
         a13 = __byte_perm(v.x, v.y, 0x7632);
     }
 };
-
 
 // ---------------------------------------------------------------------------------------------
 // One weight element, scalar (embedding rows, tests). k < W.cols.

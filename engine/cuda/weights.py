@@ -63,13 +63,11 @@ def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int)
         )
     if ggml_type == Q6_K:
         blocks = raw.reshape(-1, 210)
-        planes = [
-            cp.ascontiguousarray(blocks[:, a:b]) for a, b in ((0, 128), (128, 192), (192, 208))
-        ]
-        # the d plane is read as aligned 4-byte words (two blocks' d): pad it to an even count
-        d = cp.zeros((blocks.shape[0] + blocks.shape[0] % 2, 2), cp.uint8)
-        d[: blocks.shape[0]] = blocks[:, 208:210]
-        return GpuWeight(name, Q6_K, rows, cols, (*planes, d))
+        planes = tuple(
+            cp.ascontiguousarray(blocks[:, a:b])
+            for a, b in ((0, 128), (128, 192), (192, 208), (208, 210))
+        )
+        return GpuWeight(name, Q6_K, rows, cols, planes)
     if ggml_type == Q8_0:
         blocks = raw.reshape(-1, 34)
         qs, d = cp.ascontiguousarray(blocks[:, 2:]), cp.ascontiguousarray(blocks[:, :2])

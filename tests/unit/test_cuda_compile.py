@@ -21,13 +21,12 @@ SMALL = KernelDims(dn_dk=64, dn_dv=64, dn_hk=2, att_d=64, att_hq=4, att_hkv=2, a
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("source", ALL_SOURCES)
 def test_source_compiles(source: str, arch: str, tmp_path: Path) -> None:
-    """The text NVRTC gets (includes inlined, build.py's generated instantiations appended),
-    assembled to a cubin: ptxas also checks the static shared memory and register limits."""
+    """The text NVRTC gets (includes inlined), assembled to a cubin: ptxas also checks the
+    static shared memory and register limits."""
     dims = KernelDims() if arch != "86" else SMALL  # both shapes, without doubling the time
     text = module_source((source,))
     extra: tuple[str, ...] = ()
     if source in MATMUL_SOURCES:
-        text += MATMUL_CONFIG.pipe_source()
         extra = MATMUL_CONFIG.defines()
     src, out = tmp_path / source, tmp_path / "out.cubin"
     src.write_text(text)
