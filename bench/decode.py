@@ -217,8 +217,9 @@ def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
     return n_tokens / (time.perf_counter() - start)
 
 
-# MatmulConfig fields per variant: the default, then the row kernel alone at every row count.
-VARIANTS: list[dict[str, Any]] = [{}, {"gemm": False}]
+# MatmulConfig fields per variant: the default, the row kernel alone at every row count, two
+# m-tiles per warp at one row.
+VARIANTS: list[dict[str, Any]] = [{}, {"gemm": False}, {"mt1": 2, "min_blocks1": 2}]
 
 
 def model_products(model: Any) -> list[weights.GpuWeight]:
