@@ -217,9 +217,13 @@ def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
     return n_tokens / (time.perf_counter() - start)
 
 
-# MatmulConfig fields per variant: the default, the row kernel alone at every row count, two
-# m-tiles per warp at one row.
-VARIANTS: list[dict[str, Any]] = [{}, {"gemm": False}, {"mt1": 2, "min_blocks1": 2}]
+# MatmulConfig fields per variant: the row kernel alone, then the tiled kernel from 33 rows up
+# with 64 and 128 weight rows per CTA.
+VARIANTS: list[dict[str, Any]] = [
+    {"gemm": False},
+    {"gemm_min_rows": 33, "gemm_tile": 64},
+    {"gemm_min_rows": 33, "gemm_tile": 128},
+]
 
 
 def model_products(model: Any) -> list[weights.GpuWeight]:
@@ -282,7 +286,7 @@ def main() -> int:
             flush=True,
         )
         if args.variants:
-            info["variants"] = matmul_variants(model, [1, 8, 20, 33, 64, 512], floor)
+            info["variants"] = matmul_variants(model, [33, 64, 128, 256, 512], floor)
             if args.json:
                 args.json.write_text(json.dumps(info, indent=2))
             return 0

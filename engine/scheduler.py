@@ -44,6 +44,10 @@ from engine.scheduler_stats import StatsBook
 class SchedulerConfig:
     max_rows: int = 512  # rows per step (capped by the backend's)
     max_chunk: int = 256  # largest prefill chunk of one slot per step
+    # prefill rows per step while any slot decodes: on the H200 a decode row beside a 16-row
+    # chunk steps in 19 ms (10.7 alone), beside 64 rows in 70 ms (bench/NOTES.md), so decoding
+    # agents keep about half their solo rate while a long prompt is processed
+    prefill_beside_decode: int = 16
     speculation: str = "mtp"  # off | mtp | lookup | mtp+lookup
     n_draft: int = 2
     checkpoint_interval: int = 2048
@@ -215,7 +219,8 @@ class Scheduler:
 
     def _plan(self) -> StepPlan | None:
         """Every decoding slot's group (one row each at least, drafts from what is left), then
-        prefill chunks from the rest of the row budget."""
+        prefill chunks from the rest of the row budget (at most prefill_beside_decode rows when
+        a slot decodes)."""
         budget = min(self.config.max_rows, self.backend.max_rows)
         decoding = [s for s in self.slots if s.job is not None and s.job.phase == "decode"]
         budget -= len(decoding)
@@ -226,6 +231,8 @@ class Scheduler:
             group = tuple(slot.job.group[: n_drafts + 1])
             steps.append(self._slot_step(slot, slot.job, RowKind.DECODE, group, True, ()))
             budget -= n_drafts
+        if decoding:
+            budget = min(budget, self.config.prefill_beside_decode)
         steps.extend(self._prefill_steps(budget))
         return StepPlan(tuple(steps)) if steps else None
 

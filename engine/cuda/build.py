@@ -131,7 +131,7 @@ class Tile:
 @dataclass(frozen=True)
 class MatmulConfig:
     """Tiling of the weight x rows kernels (bench/decode.py times several); mt1/min_blocks1 are
-    for the single-row (NT = 1) kernels; `gemm` sends products of more than 8 * MAX_NT rows to
+    for the single-row (NT = 1) kernels; `gemm` sends products of at least gemm_min_rows rows to
     wmat_gemm."""
 
     mt: int = 2  # 16-row m-tiles per warp
@@ -140,6 +140,8 @@ class MatmulConfig:
     mt1: int = 1
     min_blocks1: int = 3
     gemm: bool = True
+    gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
+    gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -153,8 +155,9 @@ class MatmulConfig:
     def row_tile(self, ggml_type: int, n_rows: int) -> Tile:
         """The kernel of a product of n_rows activation rows and how it tiles the rows."""
         name = TYPE_NAMES[ggml_type]
-        if self.gemm and n_rows > 8 * MAX_NT:
-            return Tile(f"mmg_{name}", 64, 64, 128)  # wmat_gemm: fixed 64 x 64 tile, 4 warps
+        if self.gemm and n_rows >= self.gemm_min_rows:
+            prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
+            return Tile(f"{prefix}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile)
         nt = min(MAX_NT, (n_rows + 7) // 8)
         return Tile(
             f"mm_{name}_{nt}", 8 * nt, 16 * (self.mt1 if nt == 1 else self.mt), 32 * self.nw

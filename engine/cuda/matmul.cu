@@ -216,22 +216,22 @@ OJ_MM_ALL_NT(mm_q6_k, FragQ6K)
 OJ_MM_ALL_NT(mm_q8_0, FragQ8_0)
 OJ_MM_ALL_NT(mm_f16, FragF16)
 
-// Many rows (prefill): a tiled product. A CTA of 4 warps owns 64 weight rows (4 m-tiles) x 64
-// activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into shared
-// memory (A fragments, in the register kernel's fragment order) and converts two n-tiles of
-// activations (B fragments); then each warp runs its 2 x 4 tile of mma from shared memory. So
-// a weight is dequantized once per 64 rows and an activation converted once per 64 features.
-// Batch invariance: the super-blocks are visited in the register kernel's K split (class
-// w = sb mod MM_NW, each class summed from zero in order, the classes added in order), so every
-// output element is bit for bit what wmat_rows gives, at any row count.
-template <class Frag>
+// Many rows (prefill): a tiled product. A CTA of GM warps owns 16*GM weight rows (GM m-tiles)
+// x 64 activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into
+// shared memory (A fragments, in the register kernel's fragment order) and converts 8/GM n-tiles
+// of activations (B fragments); then each warp runs its 2 x 4 tile of mma from shared memory.
+// So a weight is dequantized once per 64 rows and an activation converted once per 16*GM
+// features. Batch invariance: the super-blocks are visited in the register kernel's K split
+// (class w = sb mod MM_NW, each class summed from zero in order, the classes added in order),
+// so every output element is bit for bit what wmat_rows gives, at any row count.
+template <class Frag, int GM>
 OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
-    __shared__ uint4 As[4][8][32];  // [m-tile][chunk of the half][lane]: a0 a1 a2 a3
-    __shared__ uint2 Bs[8][8][32];  // [n-tile][chunk of the half][lane]: b0 b1
+    __shared__ uint4 As[GM][8][32];  // [m-tile][chunk of the half][lane]: a0 a1 a2 a3
+    __shared__ uint2 Bs[8][8][32];   // [n-tile][chunk of the half][lane]: b0 b1
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const int wm = warp >> 1, wn = warp & 1;  // this warp's m-tiles 2wm.., n-tiles 4wn..
-    const int row0 = blockIdx.y * 64;
+    const int row0 = blockIdx.y * 16 * GM;
     const int rbase = blockIdx.x * 64;
     const int nrows = min(64, R - rbase);
     X += (size_t)rbase * ldx;
@@ -270,8 +270,8 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
                     As[warp][cc][lane] = make_uint4(a0, a1, a2, a3);
                 }
 #pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int n = 2 * warp + q, r = 8 * n + gid;
+                for (int q = 0; q < 8 / GM; ++q) {
+                    const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
                     for (int cc = 0; cc < 8; ++cc) {
                         uint2 b = make_uint2(0u, 0u);
@@ -324,19 +324,24 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
             }
 }
 
-#define OJ_MMG_KERNEL(NAME, FRAG)                                                                 \
-    extern "C" __global__ void __launch_bounds__(128, 3)                                          \
+// mmg_*: 64 weight rows per CTA (4 warps, 3 CTAs/SM); mmg8_*: 128 (8 warps, X read half as
+// often, 48 KiB of shared memory).
+#define OJ_MMG_KERNEL(NAME, FRAG, GM, MINB)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * GM, MINB)                                   \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const float* X, int ldx, float* Y, int ldy, int R, int accumulate) {                 \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_gemm<FRAG>(W, X, ldx, Y, ldy, R, accumulate);                                        \
+        wmat_gemm<FRAG, GM>(W, X, ldx, Y, ldy, R, accumulate);                                    \
     }
+#define OJ_MMG_BOTH(NAME, FRAG)                \
+    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 3)      \
+    OJ_MMG_KERNEL(mmg8_##NAME, FRAG, 8, 1)
 
-OJ_MMG_KERNEL(mmg_q4_k, FragQ4K)
-OJ_MMG_KERNEL(mmg_q5_k, FragQ5K)
-OJ_MMG_KERNEL(mmg_q6_k, FragQ6K)
-OJ_MMG_KERNEL(mmg_q8_0, FragQ8_0)
-OJ_MMG_KERNEL(mmg_f16, FragF16)
+OJ_MMG_BOTH(q4_k, FragQ4K)
+OJ_MMG_BOTH(q5_k, FragQ5K)
+OJ_MMG_BOTH(q6_k, FragQ6K)
+OJ_MMG_BOTH(q8_0, FragQ8_0)
+OJ_MMG_BOTH(f16, FragF16)
 
 // Dequantized rows of a weight (the token embedding gather, and tests of the formats).
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]

@@ -57,8 +57,9 @@ def test_matmul_matches_numpy(ggml_type: int, n_rows: int) -> None:
 
 
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16])
-@pytest.mark.parametrize("n_rows", [33, 64, 130])
-def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int) -> None:
+@pytest.mark.parametrize("n_rows", [5, 33, 64, 130])
+@pytest.mark.parametrize("tile", [64, 128])
+def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int, tile: int) -> None:
     """wmat_gemm (partial row and weight tiles, an uneven K split over the four classes)
     against wmat_rows in passes of 32 rows, bit for bit, accumulate on and off."""
     import cupy as cp
@@ -70,7 +71,8 @@ def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int) -> Non
     results = []
     saved = build.MATMUL_CONFIG
     try:
-        for config in (build.MatmulConfig(gemm=False), build.MatmulConfig(gemm=True)):
+        tiled = build.MatmulConfig(gemm=True, gemm_min_rows=1, gemm_tile=tile)
+        for config in (build.MatmulConfig(gemm=False), tiled):
             build.MATMUL_CONFIG = config
             y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
             kernels.matmul(w, x, y)
@@ -100,21 +102,22 @@ def test_matmul_accumulates_into_output(ggml_type: int) -> None:
 
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F32])
 def test_matmul_rows_do_not_depend_on_the_batch(ggml_type: int) -> None:
-    """A row's product is bit-identical alone, in a batch of 8, 20 or 40 (batch invariance)."""
+    """A row's product is bit-identical alone, in a batch of 8, 20, 40 (row kernel) or 140
+    (tiled kernel) rows (batch invariance)."""
     import cupy as cp
 
     rng = np.random.default_rng(11)
     w, _ = _weight(ggml_type, 96, 1024, 5)
-    x = cp.asarray(rng.standard_normal((40, 1024)).astype(np.float32))
-    full = cp.full((40, 96), np.nan, dtype=cp.float32)
+    x = cp.asarray(rng.standard_normal((140, 1024)).astype(np.float32))
+    full = cp.full((140, 96), np.nan, dtype=cp.float32)
     kernels.matmul(w, x, full)
-    for count in (1, 8, 20):
+    for count in (1, 8, 20, 40):
         part = cp.full((count, 96), np.nan, dtype=cp.float32)
         kernels.matmul(w, cp.ascontiguousarray(x[:count]), part)
         assert cp.array_equal(part, full[:count]), f"rows changed with a batch of {count}"
     last = cp.full((1, 96), np.nan, dtype=cp.float32)
-    kernels.matmul(w, cp.ascontiguousarray(x[37:38]), last)
-    assert cp.array_equal(last[0], full[37])
+    kernels.matmul(w, cp.ascontiguousarray(x[137:138]), last)
+    assert cp.array_equal(last[0], full[137])
 
 
 @pytest.mark.parametrize("ggml_type", FORMATS)

@@ -222,6 +222,31 @@ def test_concurrent_requests_get_their_solo_tokens() -> None:
     assert mixed
 
 
+def test_prefill_beside_a_decoding_slot_is_capped() -> None:
+    """While a slot decodes, another's long prompt advances at most prefill_beside_decode rows
+    per step; alone, it takes max_chunk rows; the tokens are the solo tokens either way."""
+    backend = FakeBackend()
+    config = SchedulerConfig(max_rows=256, max_chunk=128, prefill_beside_decode=8)
+    short, long = prompt(3, 10), prompt(4, 400)
+    sinks = run(
+        Scheduler(backend, config),
+        [
+            GenerationRequest(short, GREEDY, max_tokens=200),
+            GenerationRequest(long, GREEDY, max_tokens=4),
+        ],
+    )
+    assert [sink.tokens for sink in sinks] == [solo_greedy(short, 200), solo_greedy(long, 4)]
+    prefill_rows = [
+        (sum(s.n_rows for s in p.slots if s.kind is RowKind.PREFILL),
+         any(s.kind is RowKind.DECODE for s in p.slots))
+        for p in backend.plans
+    ]  # fmt: skip
+    beside = [rows for rows, decoding in prefill_rows if decoding and rows]
+    alone = [rows for rows, decoding in prefill_rows if not decoding]
+    assert beside and max(beside) <= 8
+    assert max(alone) == 10 + 128  # the first step: both prompts, nobody decodes yet
+
+
 def test_speculation_off_mtp_and_scripted_give_identical_tokens() -> None:
     p = prompt(1, 50)
     expected = solo_greedy(p, 20)
