@@ -96,7 +96,7 @@ class Stream:
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    exact_counts: bool = False  # the chunks said how many tokens they hold (llama-server)
+    exact_counts: bool = False  # the chunks said how many tokens they hold (timings_per_token)
 
     @property
     def first(self) -> float | None:
@@ -179,8 +179,7 @@ class Engine:
         """Stream a completion; `record` (if given) fills as chunks arrive, for cancellation."""
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
         body |= {"stream_options": {"include_usage": True}, **self.fields(n_draft, slot)}
-        if self.name != "openjet":
-            body["timings_per_token"] = True  # each chunk then says how many tokens it holds
+        body["timings_per_token"] = True  # a chunk per token, saying how many came so far
         rec = record or Stream(time.monotonic())
         rec.sent = time.monotonic()
         async with client.stream("POST", f"{self.base}/v1/completions", json=body) as response:
@@ -208,7 +207,7 @@ class Engine:
             return
         before = rec.events[-1][1] if rec.events else 0
         produced = (chunk.get("timings") or {}).get("predicted_n")
-        if produced is None:  # OpenJet: one chunk per step that produced text
+        if produced is None:  # a server without timings_per_token: one chunk per text piece
             produced = before + 1 if choices[0].get("text") else before
         else:
             rec.exact_counts = True
@@ -363,7 +362,7 @@ async def interference(
         "b_prefill_s": window_end - b_sent,
         "b_prefill_tok_s": sizes.prefill / (window_end - b_sent),
         "b_timings": b_timings,
-        # False (OpenJet): A's rates count text chunks, and tokens without text go uncounted
+        # False: A's rates count text chunks (a server without timings_per_token)
         "a_counts_exact": a.exact_counts,
         "a_text_chunks": len(a.events),
     }

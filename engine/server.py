@@ -234,10 +234,16 @@ class Api:
     async def _text_stream(
         self, maker: ChunkMaker, generation: GenerationRequest, options: GenerationOptions
     ) -> AsyncIterator[Any]:
+        produced = 0
         async for piece in generate_text(self.bridge, self.tokenizer, generation, options.stops):
             if piece.queued is not None:
                 yield ServerSentEvent(comment=f"queued: position {piece.queued}")
-            if piece.text:
+            produced += len(piece.tokens)
+            if options.timings_per_token and piece.tokens:
+                chunk = maker.delta({"content": piece.text})
+                chunk["timings"] = {"predicted_n": produced}
+                yield _data(chunk)
+            elif piece.text:
                 yield _data(maker.delta({"content": piece.text}))
             if piece.finished is not None:
                 if piece.finished.reason == "error":

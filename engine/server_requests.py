@@ -147,6 +147,9 @@ class GenerationOptions:
     stops: list[str]
     sampling: SamplingParams
     n_draft: int | None
+    # llama-server's extension: a streamed chunk for every generated token, text or not, with
+    # the count so far in `timings.predicted_n` (clients and benchmarks time tokens by it)
+    timings_per_token: bool = False
 
 
 def _options(body: dict[str, Any], model_ids: frozenset[str], seed: int) -> GenerationOptions:
@@ -168,6 +171,7 @@ def _options(body: dict[str, Any], model_ids: frozenset[str], seed: int) -> Gene
         stops=_stops(body),
         sampling=sampling_from(body, seed),
         n_draft=n_draft,
+        timings_per_token=bool(field_of(body, "timings_per_token", _BOOL, False)),
     )
 
 

@@ -118,6 +118,26 @@ def test_concurrent_streams_chunking_and_speculation_keep_solo_tokens(
         assert [complete(base, p)["choices"][0]["text"] for p in PROMPTS] == solo
 
 
+def test_timings_per_token_streams_a_chunk_for_every_token(backend: ReferenceBackend) -> None:
+    """llama-server's `timings_per_token`: a chunk per generated token even when it adds no
+    text, counting the tokens so far; the text is the plain stream's."""
+    body = {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0, "stream": True}
+    body |= {"stream_options": {"include_usage": True}, "timings_per_token": True}
+    with serving(backend, speculation="off") as base:
+        plain = complete(base, PROMPTS[1], 12)["choices"][0]["text"]
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as response:
+            assert response.status_code == 200
+            chunks = [
+                json.loads(line[6:])
+                for line in response.iter_lines()
+                if line.startswith("data: ") and line != "data: [DONE]"
+            ]
+    counted = [c["timings"]["predicted_n"] for c in chunks if c["choices"] and "timings" in c]
+    assert counted == list(range(1, 13))  # one token per step without speculation
+    assert chunks[-1]["usage"]["completion_tokens"] == 12
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == plain
+
+
 def test_prefix_cache_hit_processes_only_new_tokens(backend: ReferenceBackend) -> None:
     first = PROMPTS[2]
     with serving(backend) as base:
