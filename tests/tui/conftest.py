@@ -100,10 +100,21 @@ async def type_text(pilot: Pilot[Any], text: str) -> None:
     await pilot.press(*text)
 
 
-async def send_until_approval(pilot: Pilot[Any], pane: AgentPane, text: str) -> ApprovalPrompt:
-    """Send `text` from the focused input box and wait for the pane's approval prompt."""
+async def send_text(pilot: Pilot[Any], text: str) -> None:
+    """Type `text` into the focused input box and press Enter."""
     await type_text(pilot, text)
     await pilot.press("enter")
+
+
+async def first_pane(pilot: Pilot[Any]) -> AgentPane:
+    """Wait for the workspace's single pane and return it."""
+    await wait_for_panes(pilot, 1)
+    return panes(pilot.app)[0]
+
+
+async def send_until_approval(pilot: Pilot[Any], pane: AgentPane, text: str) -> ApprovalPrompt:
+    """Send `text` from the focused input box and wait for the pane's approval prompt."""
+    await send_text(pilot, text)
     await wait_until(pilot, lambda: pane.pending, "the approval prompt")
     return pane.query_one(ApprovalPrompt)
 

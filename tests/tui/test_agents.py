@@ -13,8 +13,8 @@ from tests.tui.conftest import (
     open_new_agent_dialog,
     pane_text,
     panes,
+    send_text,
     send_until_approval,
-    type_text,
     wait_for_panes,
     wait_until,
 )
@@ -36,12 +36,10 @@ async def test_four_agents_stream_at_once_in_a_grid(scripted, project: Path) -> 
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the first pane")
         for n in range(2, 5):
             await open_new_agent_dialog(pilot)
-            await type_text(pilot, f"task {n}")
-            await pilot.press("enter")
+            await send_text(pilot, f"task {n}")
             await wait_for_panes(pilot, n)
         await focus_pane_input(pilot, panes(app)[0])
-        await type_text(pilot, "task 1")
-        await pilot.press("enter")
+        await send_text(pilot, "task 1")
 
         def streamed(pane: AgentPane) -> list[int]:
             return [i for i in range(4) if answers[i].strip() in pane_text(pane)]
@@ -89,8 +87,7 @@ async def test_pending_approval_does_not_block_other_agents(scripted, project: P
         assert first.query_one(StatusLine).activity == "waiting for approval"
 
         await open_new_agent_dialog(pilot)
-        await type_text(pilot, "second task")
-        await pilot.press("enter")
+        await send_text(pilot, "second task")
         await wait_until(pilot, lambda: len(panes(app)) == 2, "the second pane")
         second = panes(app)[1]
         await wait_until(pilot, lambda: "agent two done" in pane_text(second), "agent two")

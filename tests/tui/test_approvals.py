@@ -6,11 +6,11 @@ from pathlib import Path
 
 from agent.api import AgentManager
 from tests.tui.conftest import (
+    first_pane,
     make_app,
     pane_text,
-    panes,
+    send_text,
     send_until_approval,
-    type_text,
     wait_until,
 )
 
@@ -29,8 +29,7 @@ async def test_deny_with_reason_reaches_the_model(scripted, project: Path) -> No
     (project / "build").mkdir()
     app = make_app(server.url, project)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
+        pane = await first_pane(pilot)
         prompt = await send_until_approval(pilot, pane, "clean up")
         await wait_until(pilot, lambda: app.focused is prompt, "focus on the prompt")
         await pilot.press("d")
@@ -39,8 +38,7 @@ async def test_deny_with_reason_reaches_the_model(scripted, project: Path) -> No
         await wait_until(pilot, lambda: app.focused is prompt, "focus back on the prompt")
         assert not prompt.has_class("-denying") and pane.busy and pane.pending
         await pilot.press("d")
-        await type_text(pilot, "keep the build")
-        await pilot.press("enter")
+        await send_text(pilot, "keep the build")
         await wait_until(pilot, lambda: not pane.busy, "the turn to end")
         assert "denied: keep the build" in pane_text(pane)
         assert "Fine, I will not." in pane_text(pane)
@@ -59,8 +57,7 @@ async def test_allow_prefix_for_the_agent_stops_asking(scripted, project: Path) 
     )
     app = make_app(server.url, project)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
+        pane = await first_pane(pilot)
         prompt = await send_until_approval(pilot, pane, "status please")
         assert prompt.prefix == "git status"
         await wait_until(pilot, lambda: app.focused is prompt, "focus on the prompt")
@@ -76,8 +73,7 @@ async def test_quit_while_an_approval_waits(scripted, project: Path) -> None:
     server = scripted([shell("make deploy")])
     app = make_app(server.url, project)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
+        pane = await first_pane(pilot)
         await send_until_approval(pilot, pane, "deploy it")
         await pilot.press("ctrl+q")
         await wait_until(pilot, lambda: not app.is_running, "the app to quit", timeout=10)

@@ -10,7 +10,14 @@ from textual.widgets import DataTable, Input
 
 from agent.api import AgentManager
 from agent.sessions import SessionStore
-from tests.tui.conftest import focus_pane_input, make_app, pane_text, panes, type_text, wait_until
+from tests.tui.conftest import (
+    focus_pane_input,
+    make_app,
+    pane_text,
+    panes,
+    send_text,
+    wait_until,
+)
 from tui.screens.resume import ResumeScreen
 
 
@@ -27,8 +34,7 @@ async def test_quit_then_resume_continues_the_conversation(scripted, project: Pa
     app = make_app(server.url, project)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        await type_text(pilot, "remember the number 42")
-        await pilot.press("enter")
+        await send_text(pilot, "remember the number 42")
         await wait_until(pilot, lambda: "Noted" in pane_text(panes(app)[0]), "the answer")
         await wait_until(pilot, lambda: not panes(app)[0].busy, "the turn to end")
         await pilot.press("ctrl+q")
@@ -67,8 +73,7 @@ async def test_quit_then_resume_continues_the_conversation(scripted, project: Pa
         assert "remember the number 42" in str(resumed.border_title)
 
         await focus_pane_input(pilot, resumed)
-        await type_text(pilot, "which number was it?")
-        await pilot.press("enter")
+        await send_text(pilot, "which number was it?")
         await wait_until(pilot, lambda: "It was 42." in pane_text(resumed), "the new answer")
         last = server.requests()[-1]["messages"]
         contents = [str(m.get("content")) for m in last]
@@ -88,8 +93,7 @@ async def test_a_turn_cut_short_by_a_crash_continues_on_enter(scripted, project:
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
         session = panes(app)[0].agent_id
-        await type_text(pilot, "write the report")
-        await pilot.press("enter")
+        await send_text(pilot, "write the report")
         await wait_until(pilot, lambda: "Working on it" in pane_text(panes(app)[0]), "streaming")
         await pilot.press("ctrl+q")
     # As if the process had died mid-turn: the store still says the turn is running.

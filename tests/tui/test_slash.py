@@ -10,7 +10,15 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from openjet.config import update_values
-from tests.tui.conftest import focus_pane_input, make_app, pane_text, panes, type_text, wait_until
+from tests.tui.conftest import (
+    first_pane,
+    focus_pane_input,
+    make_app,
+    pane_text,
+    panes,
+    type_text,
+    wait_until,
+)
 from tui.screens.help import HelpScreen
 from tui.screens.new_agent import NewAgentScreen
 from tui.screens.resume import ResumeScreen
@@ -38,8 +46,7 @@ async def test_slash_commands(scripted, project: Path, memory_keyring: object) -
     update_values({"profiles.alt.endpoint": server.url, "profiles.alt.model": "alt-model"})
     app = make_app(server.url, project)
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
+        pane = await first_pane(pilot)
         box = pane.query_one(PromptInput)
 
         await type_text(pilot, "/comp")

@@ -14,7 +14,15 @@ from textual.widgets import Static
 from agent.api import AgentManager
 from agent.slipstream import Slipstream, SlipstreamSpec
 from agent.slipstream_events import Accounting, StepStarted, share_label
-from tests.tui.conftest import make_app, pane_text, panes, type_text, wait_until
+from tests.tui.conftest import (
+    first_pane,
+    make_app,
+    pane_text,
+    panes,
+    send_text,
+    type_text,
+    wait_until,
+)
 from tests.tui.test_slipstream_run import use_orchestrator
 from tui.screens.resume import ResumeScreen
 from tui.widgets.slipstream_log import PlanView
@@ -98,8 +106,7 @@ async def test_resume_a_stopped_run_and_continue_it(scripted, project: Path) -> 
         assert pane.orchestrator_share == share_label(before)
         assert pane.cloud.display  # the resumed pane is in Slipstream mode: data goes out
 
-        await type_text(pilot, "")
-        await pilot.press("enter")  # an empty Enter continues the stopped run
+        await send_text(pilot, "")  # an empty Enter continues the stopped run
         await wait_until(pilot, lambda: "final review: done" in pane_text(pane), "the end", 30)
         await wait_until(pilot, lambda: not pane.busy, "the run to stop")
         assert (project / "b.txt").read_text() == "x\n"
@@ -126,12 +133,9 @@ async def test_esc_during_a_worker_approval_then_enter_continues(scripted, proje
     use_orchestrator(cloud.url)
     app = make_app(worker.url, project)
     async with app.run_test(size=(150, 44)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
-        await type_text(pilot, "/mode slipstream")
-        await pilot.press("enter")
-        await type_text(pilot, "write a.txt")
-        await pilot.press("enter")
+        pane = await first_pane(pilot)
+        await send_text(pilot, "/mode slipstream")
+        await send_text(pilot, "write a.txt")
         await wait_until(pilot, lambda: pane.pending, "the worker's approval")
         await pilot.press("escape")  # from the input box: stops the run
         await wait_until(pilot, lambda: not pane.busy, "the run to stop")
@@ -139,8 +143,7 @@ async def test_esc_during_a_worker_approval_then_enter_continues(scripted, proje
         assert "Slipstream run stopped — Enter continues it" in pane_text(pane)
         assert pane.slipstream is not None and pane.slipstream.can_continue
 
-        await type_text(pilot, "")
-        await pilot.press("enter")
+        await send_text(pilot, "")
         await wait_until(pilot, lambda: pane.pending, "the approval, asked again")
         pane.pending[0].focus()
         await pilot.press("a")

@@ -13,7 +13,13 @@ from agent.api import AgentManager
 from agent.slipstream_events import Accounting, share_label
 from openjet.config import update_values
 from tests.support.memory_keyring import MemoryKeyring
-from tests.tui.conftest import make_app, pane_text, panes, type_text, wait_until
+from tests.tui.conftest import (
+    first_pane,
+    make_app,
+    pane_text,
+    send_text,
+    wait_until,
+)
 from tui.widgets.approval_prompt import ApprovalPrompt
 from tui.widgets.slipstream_bar import SlipstreamBar
 from tui.widgets.status_line import StatusLine
@@ -63,19 +69,16 @@ async def test_a_slipstream_task_with_one_worker_approval(scripted, project: Pat
     host = cloud.url.split("//")[1].split("/")[0]
     app = make_app(worker.url, project)
     async with app.run_test(size=(150, 44)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
+        pane = await first_pane(pilot)
         assert bar_text(app) == "" and not pane.cloud.display
-        await type_text(pilot, "/mode slipstream")
-        await pilot.press("enter")
+        await send_text(pilot, "/mode slipstream")
         await wait_until(pilot, lambda: pane.mode == "slipstream", "slipstream mode")
         # From the moment the mode is on, the pane and the bar say where data will go.
         assert pane.cloud.display and host in str(pane.cloud.render())
         await wait_until(pilot, lambda: f"Slipstream → {host}" in bar_text(app), "the bar")
         assert cloud.requests() == []  # nothing sent before a task
 
-        await type_text(pilot, "write out.txt")
-        await pilot.press("enter")
+        await send_text(pilot, "write out.txt")
         await wait_until(pilot, lambda: pane.pending, "the worker's approval prompt")
         prompt = pane.query_one(ApprovalPrompt)
         assert "echo CMD_OUT_" in (prompt.request.command or "")
@@ -108,12 +111,10 @@ async def test_a_slipstream_task_with_one_worker_approval(scripted, project: Pat
 
         # Back to normal: the next task goes to a plain agent on the local model only.
         worker.add([{"content": "Plain answer."}])
-        await type_text(pilot, "/mode normal")
-        await pilot.press("enter")
+        await send_text(pilot, "/mode normal")
         await wait_until(pilot, lambda: bar_text(app) == "", "the bar to go")
         assert not pane.cloud.display
-        await type_text(pilot, "just answer")
-        await pilot.press("enter")
+        await send_text(pilot, "just answer")
         await wait_until(pilot, lambda: "Plain answer." in pane_text(pane), "the plain answer")
         assert pane.slipstream is None and pane.agent_id != run_id
     assert cloud.problems() == [] and worker.problems() == []
@@ -129,10 +130,8 @@ async def test_missing_key_and_airgapped_refuse_the_mode(
     use_orchestrator("https://cloud.invalid/v1")
     app = make_app(worker.url, project)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
-        await type_text(pilot, "/mode slipstream")
-        await pilot.press("enter")
+        pane = await first_pane(pilot)
+        await send_text(pilot, "/mode slipstream")
         await wait_until(pilot, lambda: "not available" in pane_text(pane), "the refusal")
         assert "openjet login cloud" in pane_text(pane)
         assert pane.mode == "normal" and not pane.cloud.display and bar_text(app) == ""
@@ -140,10 +139,8 @@ async def test_missing_key_and_airgapped_refuse_the_mode(
     update_values({"airgapped": True})
     app = make_app(worker.url, project)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
-        await type_text(pilot, "/mode slipstream")
-        await pilot.press("enter")
+        pane = await first_pane(pilot)
+        await send_text(pilot, "/mode slipstream")
         await wait_until(pilot, lambda: "not available" in pane_text(pane), "the refusal")
         assert "airgapped" in pane_text(pane) and pane.mode == "normal"
     assert worker.requests() == []
@@ -157,12 +154,9 @@ async def test_quitting_during_a_cloud_call_leaves_the_run_resumable(
     use_orchestrator(cloud.url)
     app = make_app(worker.url, project)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: len(panes(app)) == 1, "the pane")
-        pane = panes(app)[0]
-        await type_text(pilot, "/mode slipstream")
-        await pilot.press("enter")
-        await type_text(pilot, "write out.txt")
-        await pilot.press("enter")
+        pane = await first_pane(pilot)
+        await send_text(pilot, "/mode slipstream")
+        await send_text(pilot, "write out.txt")
         await wait_until(pilot, lambda: pane.cloud.sending, "the plan request")
         run_id = pane.agent_id
         await pilot.press("ctrl+q")
