@@ -29,7 +29,14 @@ from engine.backend import (  # fmt: skip
     StepResult,
     check_plan,
 )
-from engine.cuda.forward import PENALTY_SLOTS, Forward, Layout, Workspace, penalty_lists
+from engine.cuda.forward import (
+    PENALTY_SLOTS,
+    Forward,
+    Layout,
+    Workspace,
+    penalty_lists,
+    sampling_rows,
+)
 from engine.cuda.kernels import Ops
 from engine.cuda.model import CudaModel
 from engine.state import PagedKVPool, PoolExhausted
@@ -233,26 +240,19 @@ class CudaBackend:
         M = len(sample_rows)
         if not M:
             return
-        fp = np.zeros((M, 8), np.float32)
-        ip = np.zeros((M, 4), np.int64)
         contexts: list[list[int]] = []
         windows: list[int] = []
-        for j, (s, r, _row) in enumerate(sample_rows):
+        for s, r, _row in sample_rows:
             p = s.sampling
-            fp[j, :6] = (
-                p.temperature,
-                p.top_p,
-                p.min_p,
-                p.repetition_penalty,
-                p.frequency_penalty,
-                p.presence_penalty,
-            )
-            ip[j] = (p.top_k, p.seed & 0xFFFFFFFF, (p.seed >> 32) & 0x7FFFFFFF, s.start_pos + r + 1)
             contexts.append([*s.penalty_context, *s.tokens[: r + 1]] if p.has_penalties else [])
             windows.append(min(p.penalty_last_n, PENALTY_SLOTS))
+        fp, ip = sampling_rows(
+            [s.sampling for s, _, _ in sample_rows],
+            [s.start_pos + r + 1 for s, r, _ in sample_rows],
+        )
         ws.sample_idx[:M].set(np.array([row for _, _, row in sample_rows], np.int32))
         ws.fparams[:M].set(fp)
-        ws.iparams[:M].set(ip.astype(np.int32))
+        ws.iparams[:M].set(ip)
         off, ptok, pcnt = penalty_lists(contexts, windows)
         ws.pen_off[: M + 1].set(off)
         ws.pen_tok[: ptok.size].set(ptok)

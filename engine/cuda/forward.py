@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.backend import SamplingParams
 from engine.cuda import kernels
 from engine.cuda.kernels import Ops
 from engine.cuda.model import CudaModel
@@ -245,6 +246,21 @@ class Forward:
             mix_lstride=ts * P,
             st_lstride=ws.conv[0].size,
         )
+
+
+def sampling_rows(
+    params: list[SamplingParams], counters: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """sample.cu's per-row parameters: fparams f32 [M][8] (temperature, top_p, min_p,
+    repetition, frequency and presence penalties, 2 unused) and iparams i32 [M][4] (top_k, the
+    seed's low and high words, the draw counter)."""
+    fp = np.zeros((len(params), 8), np.float32)
+    ip = np.zeros((len(params), 4), np.int64)
+    for j, (p, counter) in enumerate(zip(params, counters, strict=True)):
+        fp[j, :6] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
+                     p.frequency_penalty, p.presence_penalty)  # fmt: skip
+        ip[j] = (p.top_k, p.seed & 0xFFFFFFFF, (p.seed >> 32) & 0x7FFFFFFF, counter)
+    return fp, ip.astype(np.int32)
 
 
 def penalty_lists(

@@ -13,6 +13,7 @@ from engine import reference_deltanet as rd
 from engine import sampling
 from engine.backend import SamplingParams
 from engine.cuda.build import KernelDims
+from engine.cuda.forward import penalty_lists, sampling_rows
 from engine.cuda.kernels import Ops
 from engine.reference_ops import rms_norm, rope_neox_partial, sigmoid, silu
 from engine.reference_weights import DeltaNetWeights
@@ -176,43 +177,14 @@ def _sample(
 ) -> np.ndarray:
     import cupy as cp
 
-    fp = np.array(
-        [
-            [
-                p.temperature,
-                p.top_p,
-                p.min_p,
-                p.repetition_penalty,
-                p.frequency_penalty,
-                p.presence_penalty,
-                0,
-                0,
-            ]
-            for p in params
-        ],
-        dtype=np.float32,
-    )
-    ip = np.array(
-        [
-            [p.top_k, p.seed & 0xFFFFFFFF, (p.seed >> 32) & 0x7FFFFFFF, c]
-            for p, c in zip(params, counters, strict=True)
-        ],
-        dtype=np.int64,
-    ).astype(np.int32)
-    toks, cnts, off = [], [], [0]
-    for ctx in contexts:
-        ids, counts = np.unique(np.asarray(ctx, dtype=np.int64), return_counts=True)
-        toks += ids.tolist()
-        cnts += counts.tolist()
-        off.append(len(toks))
+    fp, ip = sampling_rows(params, counters)
+    off, pen_tok, pen_cnt = penalty_lists(contexts, [len(ctx) for ctx in contexts])
     out = cp.full(len(params), -1, dtype=cp.int32)
-    pen_tok = np.array(toks or [0], dtype=np.int32)
-    pen_cnt = np.array(cnts or [0], dtype=np.int32)
     ops.sample(
         _dev(logits),
         _dev(fp),
         _dev(ip),
-        _dev(np.array(off, dtype=np.int32)),
+        _dev(off),
         _dev(pen_tok),
         _dev(pen_cnt),
         out,
