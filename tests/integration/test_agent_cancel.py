@@ -4,7 +4,6 @@ consumer that walks away. The session must stay a valid conversation afterwards.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from agent.events import (
     TurnFinished,
 )
 from tests.support.agent_driver import drive, of_type
+from tests.support.processes import pid_alive
 from tests.support.scripted_server import ScriptedServer
 
 
@@ -103,15 +103,6 @@ async def test_cancel_while_the_model_streams(
         assert server.problems() == []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
 async def test_cancel_kills_a_running_command_and_answers_every_call(
     tmp_path: Path, project: Path, manager: AgentManager
 ) -> None:
@@ -133,10 +124,10 @@ async def test_cancel_kills_a_running_command_and_answers_every_call(
         assert of_type(events, TurnFinished)[0].reason == "cancelled"
         pid = int(pidfile.read_text())
         for _ in range(100):
-            if not _alive(pid):
+            if not pid_alive(pid):
                 break
             await asyncio.sleep(0.05)
-        assert not _alive(pid)
+        assert not pid_alive(pid)
         history = agent.history()
         valid_conversation(history)
         assert [m["content"] for m in history[2:]] == [

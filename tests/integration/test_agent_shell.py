@@ -4,7 +4,6 @@ that kill the whole process group."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -12,31 +11,13 @@ import pytest
 
 from agent.tools import ToolContext, ToolError, Workspace, prepare_call
 from agent.tools.shell import CappedOutput
+from tests.support.processes import wait_dead
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ToolContext:
     (tmp_path / "proj" / "sub").mkdir(parents=True)
     return ToolContext(Workspace(tmp_path / "proj"), shell_timeout_s=10, output_cap_chars=2000)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it has exited all the same.
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
-def wait_dead(pid: int, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 async def test_exit_code_output_and_cwd(ctx: ToolContext) -> None:

@@ -1,1 +1,2 @@
-"""Test helpers shared by several test folders (the scripted model server)."""
+"""Test helpers shared by several test folders: the scripted model server, process checks,
+the CUDA accuracy cases."""

@@ -3,7 +3,6 @@ session search, /v1/slots parsing, target resolution and the engine subprocess."
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 from openjet.config import load_config, update_values
+from tests.support.processes import pid_alive
 from tui import slash
 from tui.engine_monitor import EngineMonitor, is_local, parse_slots, slots_url
 from tui.formatting import format_count, grid_shape, history_entries, session_matches
@@ -158,21 +158,9 @@ def test_engine_process_logs_and_stops_its_children(tmp_path: Path) -> None:
     engine.stop(timeout=5)
     assert engine.exit_code() is not None
     deadline = time.monotonic() + 5  # the signal reaches the child a moment later
-    while _alive(child_pid) and time.monotonic() < deadline:
+    while pid_alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child_pid)
-
-
-def _alive(pid: int) -> bool:
-    gone = subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
-    return not gone and not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return False
+    assert not pid_alive(child_pid)
 
 
 @pytest.mark.parametrize("module", ["slash", "formatting", "engine_monitor", "launcher"])
