@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from engine.llama_server import LlamaServer, find_llama_server, provision_llama_server
+from engine.synthetic import write_synthetic
+from setup_wizard import model_download
 from tests.conftest import REAL_CACHE_DIR
 
 LlamaServerFactory = Callable[..., LlamaServer]
@@ -194,3 +196,17 @@ def local_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHub]:
     monkeypatch.delenv("HF_TOKEN", raising=False)
     yield hub
     hub.close()
+
+
+@pytest.fixture(scope="module")
+def model_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A synthetic tiny qwen35 GGUF standing in for the 16.5 GB model."""
+    path = write_synthetic(tmp_path_factory.mktemp("model") / "tiny.gguf", "tiny", "q8_0", 0)
+    return path.read_bytes()
+
+
+@pytest.fixture
+def hub(local_hub: LocalHub, model_bytes: bytes) -> LocalHub:
+    """The local hub serving that model as the setup wizard's download."""
+    local_hub.add(model_download.MODEL_REPO, model_download.MODEL_FILE, model_bytes)
+    return local_hub

@@ -10,23 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from engine.synthetic import write_synthetic
 from setup_wizard import model_download as dl
 from setup_wizard.model_step import locate_model, obtain_model
 from tests.integration.conftest import LocalHub
-
-
-@pytest.fixture(scope="module")
-def model_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """A synthetic tiny qwen35 GGUF standing in for the 16.5 GB model."""
-    path = write_synthetic(tmp_path_factory.mktemp("model") / "tiny.gguf", "tiny", "q8_0", 0)
-    return path.read_bytes()
-
-
-@pytest.fixture
-def hub(local_hub: LocalHub, model_bytes: bytes) -> LocalHub:
-    local_hub.add(dl.MODEL_REPO, dl.MODEL_FILE, model_bytes)
-    return local_hub
 
 
 def quiet() -> Console:

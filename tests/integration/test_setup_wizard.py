@@ -28,18 +28,6 @@ from setup_wizard.wizard import SetupOptions, models_dir, run_setup
 from tests.integration.conftest import LocalHub
 
 
-@pytest.fixture(scope="module")
-def model_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    path = write_synthetic(tmp_path_factory.mktemp("model") / "tiny.gguf", "tiny", "q8_0", 0)
-    return path.read_bytes()
-
-
-@pytest.fixture
-def hub(local_hub: LocalHub, model_bytes: bytes) -> LocalHub:
-    local_hub.add(dl.MODEL_REPO, dl.MODEL_FILE, model_bytes)
-    return local_hub
-
-
 @pytest.fixture
 def server_on_path(llama_server_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir = tmp_path / "bin"
