@@ -122,15 +122,10 @@ def step_layouts(n_rows: int) -> tuple[int, int]:
     raise ValueError(f"no layout for {n_rows} rows")
 
 
-def time_layout(backend: Any, slots: int, per: int, context: int, n_sample: int) -> float:
-    """Graph-replay milliseconds of one step of `slots` slots x `per` rows each at positions
-    context.., the last `n_sample` rows of each slot through the LM head and the draw."""
-    return time_rows(backend, [per] * slots, context, n_sample)
-
-
 def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) -> float:
-    """The same for slots of different row counts (slot i: per_slot[i] rows, the last
-    min(n_sample, rows) of them sampled): e.g. one decoding slot beside a prefill chunk."""
+    """Graph-replay milliseconds of one step: slot i has per_slot[i] rows at positions context..,
+    the last min(n_sample, rows) of them through the LM head and the draw (decode: all of them;
+    prefill: the last; or one decoding slot beside a prefill chunk)."""
     import numpy as np
 
     from engine.cuda.forward import Layout
@@ -164,7 +159,7 @@ def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, 
     out = []
     for n in rows:
         slots, per = step_layouts(n)
-        ms = time_layout(backend, slots, per, context, per)
+        ms = time_rows(backend, [per] * slots, context, per)
         out.append({"rows": n, "slots": slots, "ms": ms})
     return out
 
@@ -302,9 +297,9 @@ def main() -> int:
             )
         info.update(floor_s=floor, weight_bytes=total, decode=table)
         for key, timed in (
-            ("breakdown_1row_ms", lambda: time_layout(backend, 1, 1, args.context, 1)),
-            ("breakdown_12rows_ms", lambda: time_layout(backend, 6, 2, args.context, 2)),
-            ("breakdown_prefill512_ms", lambda: time_layout(backend, 1, 512, 0, 1)),
+            ("breakdown_1row_ms", lambda: time_rows(backend, [1], args.context, 1)),
+            ("breakdown_12rows_ms", lambda: time_rows(backend, [2] * 6, args.context, 2)),
+            ("breakdown_prefill512_ms", lambda: time_rows(backend, [512], 0, 1)),
         ):
             info[key] = breakdown(timed, backend)
             print(key, json.dumps({k: round(v, 3) for k, v in info[key].items()}), flush=True)
