@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import gguf
@@ -148,12 +149,29 @@ def _prepare(
     specs = tensor_specs(p)
     types = [tensor_type(spec, p, quant) for spec in specs]
     out.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(out.with_name(out.name + ".partial"), ARCH)
+    writer = gguf.GGUFWriter(_partial(out), ARCH)
     _add_hparams(writer, p, quant)
     _add_tokenizer(writer, p.n_vocab, seed)
     for spec, ggml_type in zip(specs, types, strict=True):
         _add_tensor_info(writer, spec, ggml_type)
     return writer, specs, types, p
+
+
+def _partial(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+@contextmanager
+def _published(writer: gguf.GGUFWriter, out: Path) -> Iterator[None]:
+    """The body writes `writer`'s file (out + ".partial"); it becomes `out` only once complete
+    (an atomic rename), and is removed if anything fails."""
+    try:
+        yield
+        writer.close()
+        _partial(out).replace(out)
+    finally:
+        writer.close()
+        _partial(out).unlink(missing_ok=True)
 
 
 def _write_header(writer: gguf.GGUFWriter) -> None:
@@ -168,9 +186,8 @@ def write_synthetic(
     """Write a random-weight qwen35 GGUF; returns the path. Deterministic in (preset, quant, seed)."""
     out = Path(out)
     writer, specs, types, p = _prepare(out, preset, quant, seed)
-    tmp = out.with_name(out.name + ".partial")
     workers = threads or min(16, os.cpu_count() or 1)
-    try:
+    with _published(writer, out):
         _write_header(writer)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for index, (spec, ggml_type) in enumerate(zip(specs, types, strict=True)):
@@ -178,11 +195,6 @@ def write_synthetic(
                     spec, ggml_type, seed, index, p.random_blocks, pool, workers
                 )
                 _write_tensor_data(writer, chunks, _tensor_bytes(spec, ggml_type))
-        writer.close()
-        tmp.replace(out)
-    finally:
-        writer.close()
-        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -191,8 +203,7 @@ def write_skeleton(out: Path, preset: str, quant: str, seed: int = 0) -> Path:
     a full-size, valid GGUF in seconds and almost no disk space (tests of opening and planning)."""
     out = Path(out)
     writer, specs, types, _ = _prepare(out, preset, quant, seed)
-    tmp = out.with_name(out.name + ".partial")
-    try:
+    with _published(writer, out):
         _write_header(writer)
         assert writer.fout is not None
         fout = writer.fout[0]
@@ -202,11 +213,6 @@ def write_skeleton(out: Path, preset: str, quant: str, seed: int = 0) -> Path:
             for s, t in zip(specs, types, strict=True)
         )
         fout.truncate(fout.tell() + data_size)
-        writer.close()
-        tmp.replace(out)
-    finally:
-        writer.close()
-        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -220,8 +226,7 @@ def write_dequantized_copy(src: Path, dst: Path) -> Path:
     model = open_gguf(src)
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".partial")
-    writer = gguf.GGUFWriter(tmp, ARCH)
+    writer = gguf.GGUFWriter(_partial(dst), ARCH)
     for key, item in model.header.metadata.items():
         if key in _NOT_COPIED:
             continue
@@ -239,15 +244,8 @@ def write_dequantized_copy(src: Path, dst: Path) -> Path:
     for info in model.tensors.values():
         shape = tuple(reversed(info.shape))
         writer.add_tensor_info(info.name, shape, np.dtype(np.float32), 4 * int(np.prod(shape)))
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
+    with _published(writer, dst):
+        _write_header(writer)
         for name in model.tensors:
             writer.write_tensor_data(model.dequantize(name))
-        writer.close()
-        tmp.replace(dst)
-    finally:
-        writer.close()
-        tmp.unlink(missing_ok=True)
     return dst
