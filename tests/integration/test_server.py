@@ -87,6 +87,17 @@ def complete(base: str, prompt: str | list[int], n: int = 6, **extra: Any) -> di
     return dict(response.json())
 
 
+def streamed_chunks(base: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """POST a streaming request and return its SSE data chunks, parsed ([DONE] left out)."""
+    with httpx.stream("POST", f"{base}{path}", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        return [
+            json.loads(line[6:])
+            for line in response.iter_lines()
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
+
+
 async def stream_text(client: httpx.AsyncClient, base: str, prompt: str, n: int) -> str:
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True}
     text = ""
@@ -125,13 +136,7 @@ def test_timings_per_token_streams_a_chunk_for_every_token(backend: ReferenceBac
     body |= {"stream_options": {"include_usage": True}, "timings_per_token": True}
     with serving(backend, speculation="off") as base:
         plain = complete(base, PROMPTS[1], 12)["choices"][0]["text"]
-        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as response:
-            assert response.status_code == 200
-            chunks = [
-                json.loads(line[6:])
-                for line in response.iter_lines()
-                if line.startswith("data: ") and line != "data: [DONE]"
-            ]
+        chunks = streamed_chunks(base, "/v1/completions", body)
     counted = [c["timings"]["predicted_n"] for c in chunks if c["choices"] and "timings" in c]
     assert counted == list(range(1, 13))  # one token per step without speculation
     assert chunks[-1]["usage"]["completion_tokens"] == 12
@@ -163,14 +168,8 @@ def test_chat_completion_whole_and_streamed_agree(backend: ReferenceBackend) -> 
     }
     with serving(backend) as base:
         whole = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120).json()
-        chunks = []
         stream_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        with httpx.stream(
-            "POST", f"{base}/v1/chat/completions", json=stream_body, timeout=120
-        ) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    chunks.append(json.loads(line[6:]))
+        chunks = streamed_chunks(base, "/v1/chat/completions", stream_body)
     message = whole["choices"][0]["message"]
     assert whole["object"] == "chat.completion" and message["role"] == "assistant"
     streamed = "".join(

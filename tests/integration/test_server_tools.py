@@ -16,7 +16,7 @@ import pytest
 import engine.reference_backend
 import engine.sampling
 from engine.reference_backend import ReferenceBackend
-from tests.integration.test_server import serving, tiny_model_path
+from tests.integration.test_server import serving, streamed_chunks, tiny_model_path
 
 TOOLS = [
     {
@@ -85,15 +85,8 @@ def test_tool_call_in_a_whole_response(backend: ReferenceBackend, scripted: list
 
 
 def test_tool_call_streamed_as_deltas(backend: ReferenceBackend, scripted: list[int]) -> None:
-    chunks = []
     with serving(backend, speculation="off") as base:
-        body = {**BODY, "stream": True}
-        with httpx.stream(
-            "POST", f"{base}/v1/chat/completions", json=body, timeout=120
-        ) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    chunks.append(json.loads(line[6:]))
+        chunks = streamed_chunks(base, "/v1/chat/completions", {**BODY, "stream": True})
     deltas = [c["choices"][0]["delta"] for c in chunks]
     reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
     content = "".join(d.get("content") or "" for d in deltas)
