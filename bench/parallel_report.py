@@ -93,11 +93,8 @@ def report(info: dict[str, Any]) -> dict[str, Any]:
             "llama-server runs --parallel 4: with 8 agents, four wait for a free slot",
             "per-agent tok/s: each server's own timings ((tokens - 1) / (last token - first "
             "token)); aggregate: all tokens / (first request sent to the last stream's end); "
-            "steady: tokens while every agent decodes / that window (left out where OpenJet's "
-            "chunks missed tokens, see chunk_coverage)",
-            "agent beside a long prefill: counted from the stream's chunks; OpenJet sends no "
-            "chunk for a token without text, so its figures are exact only if "
-            "a_counts_exact or every token brought text",
+            "steady: tokens while every agent decodes / that window",
+            "agent beside a long prefill: counted from the stream's per-token chunks",
             "ratio = OpenJet / llama-server: above 1 is better for tok/s, below 1 is better "
             "for first-token seconds",
             "OpenJet: speculation off = n_draft 0; forced = drafts accepted unverified "

@@ -6,11 +6,11 @@ Both engines are driven through `POST /v1/completions` with token-id prompts (ex
 greedy, streamed with usage. Token ids of a reply (needed to build a follow-up conversation)
 come from a non-streamed request with `return_tokens` (OpenJet: /v1/completions; llama-server:
 its native /completion). Times are client-side `time.monotonic()` readings of SSE chunks; the
-servers' own `timings.prompt_ms` bounds a prefill. Per-agent decode rates come from each
-server's own timings (`predicted_per_second`: tokens after the first over the time since the
-first), because OpenJet sends no chunk for a token that adds no text (the synthetic vocabulary's
-`[PAD]` tokens have empty pieces, and a random-weight model's greedy output can run into them):
-its client-side chunk times then miss tokens (`chunk_coverage` < 1 says so).
+servers' own `timings.prompt_ms` bounds a prefill. Both servers are asked for
+`timings_per_token`: a chunk for every token, text or not (the synthetic vocabulary's `[PAD]`
+pieces are empty, and a random-weight model's greedy output runs into them), saying how many
+tokens came so far. Per-agent decode rates come from each server's own timings
+(`predicted_per_second`: tokens after the first over the time since the first).
 """
 
 from __future__ import annotations
@@ -81,14 +81,9 @@ class Prompts:
 
 @dataclass
 class Stream:
-    """One streamed completion as the client saw it: (arrival time, tokens so far) per chunk.
-
-    llama-server (asked for `timings_per_token`) says how many tokens each chunk brings; for
-    OpenJet, whose chunks carry text only, a chunk counts one token and the counts are scaled
-    to the final `usage.completion_tokens` (exact with speculation off only when every token
-    brings text: a token without text sends no chunk; uniform over the stream with forced
-    drafts). `done` (the end of the stream) and the server's timings are exact either way.
-    """
+    """One streamed completion as the client saw it: (arrival time, tokens so far) per chunk,
+    the count from the chunk's `timings.predicted_n` (`timings_per_token`). `done` (the end of
+    the stream) and the server's timings are exact too."""
 
     sent: float
     events: list[tuple[float, int]] = field(default_factory=list)
@@ -96,7 +91,6 @@ class Stream:
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    exact_counts: bool = False  # the chunks said how many tokens they hold (timings_per_token)
 
     @property
     def first(self) -> float | None:
@@ -110,14 +104,6 @@ class Stream:
     def tokens(self) -> int:
         counted = self.events[-1][1] if self.events else 0
         return int(self.usage.get("completion_tokens") or counted)
-
-    @property
-    def coverage(self) -> float | None:
-        """Chunks that brought tokens per token generated (OpenJet, speculation off: 1.0 when
-        every token came with text; llama-server's chunks carry exact counts, so None)."""
-        if self.exact_counts:
-            return None
-        return len(self.events) / self.tokens if self.tokens else None
 
     def rate(self) -> float | None:
         """Decode tok/s from the first to the last token, as the client saw the chunks."""
@@ -146,10 +132,7 @@ class Stream:
 
     def tokens_between(self, start: float, end: float) -> float:
         """Tokens that arrived in (start, end]."""
-        if not self.events:
-            return 0.0
-        scale = self.tokens / self.events[-1][1] if self.events[-1][1] else 1.0
-        return (self._count_at(end) - self._count_at(start)) * scale
+        return float(self._count_at(end) - self._count_at(start))
 
 
 @dataclass
@@ -206,11 +189,7 @@ class Engine:
         if not choices:
             return
         before = rec.events[-1][1] if rec.events else 0
-        produced = (chunk.get("timings") or {}).get("predicted_n")
-        if produced is None:  # a server without timings_per_token: one chunk per text piece
-            produced = before + 1 if choices[0].get("text") else before
-        else:
-            rec.exact_counts = True
+        produced = (chunk.get("timings") or {}).get("predicted_n", before)
         if produced > before:
             rec.events.append((now, int(produced)))
         elif choices[0].get("finish_reason") and not rec.events:
@@ -246,8 +225,6 @@ def agents_summary(streams: list[Stream]) -> dict[str, Any]:
     dones = [s.done for s in streams if s.done is not None]
     total = sum(s.tokens for s in streams)
     rates = [s.server_rate() or s.rate() for s in streams]
-    coverages = [c for c in (s.coverage for s in streams) if c is not None]
-    exact = not coverages or min(coverages) >= 0.95  # client chunk times cover every token
     out: dict[str, Any] = {
         "agents": len(streams),
         "tokens": [s.tokens for s in streams],
@@ -257,13 +234,12 @@ def agents_summary(streams: list[Stream]) -> dict[str, Any]:
         "wall_per_agent_tok_s": [s.wall_rate() for s in streams],
         "ttft_s": [(s.first - s.sent) if s.first else None for s in streams],
         "server_prompt_s": [float(s.timings.get("prompt_ms") or 0) / 1e3 for s in streams],
-        "chunk_coverage": min(coverages) if coverages else None,
         "errors": errors,
     }
     if dones and len(dones) == len(streams):  # request sent to the last stream's end: exact
         out["aggregate_tok_s"] = total / (max(dones) - min(s.sent for s in streams))
     start, end = max(firsts, default=0.0), min(lasts, default=0.0)
-    if exact and len(firsts) == len(streams) and end > start:  # every agent decoding at once
+    if len(firsts) == len(streams) and end > start:  # every agent decoding at once
         out["steady_aggregate_tok_s"] = sum(s.tokens_between(start, end) for s in streams) / (
             end - start
         )
@@ -362,9 +338,6 @@ async def interference(
         "b_prefill_s": window_end - b_sent,
         "b_prefill_tok_s": sizes.prefill / (window_end - b_sent),
         "b_timings": b_timings,
-        # False: A's rates count text chunks (a server without timings_per_token)
-        "a_counts_exact": a.exact_counts,
-        "a_text_chunks": len(a.events),
     }
     conversation = b_prompt + b_ids
     result["follow_up"] = await follow_up(engine, client, conversation, prompts, sizes, "fu-20k")
