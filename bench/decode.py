@@ -146,6 +146,13 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
         [np.arange(f + n - min(n_sample, n), f + n) for f, n in zip(first, per_slot, strict=True)]
     )
     ws.sample_idx[: sampled.size].set(sampled.astype(np.int32))
+    # each slot its own pages (slot i: pages i*P ..), so attention reads as much KV as it would
+    need = -(-(context + max(per_slot)) // backend.pool.page_size)
+    if need * slots > backend.pool.total_tokens // backend.pool.page_size:
+        raise ValueError(f"{slots} slots x {context} tokens do not fit the bench's KV pool")
+    table = np.zeros(ws.page_table.shape, np.int32)
+    table[:slots, :need] = np.arange(slots * need, dtype=np.int32).reshape(slots, need)
+    ws.page_table.set(table)
     lay = Layout(T, slots, int(sampled.size), ws.t_save >= T)
 
     def launch() -> None:
@@ -221,6 +228,16 @@ VARIANTS: list[dict[str, Any]] = [
 ]
 
 
+# the same for decode-sized products: CTAs per SM, m-tiles per warp, and warps splitting K (nw
+# changes the sum order)
+ROW_VARIANTS: list[dict[str, Any]] = [
+    {},
+    {"min_blocks1": 4},
+    {"mt1": 2, "min_blocks1": 2},
+    {"nw": 2, "min_blocks1": 6},
+]
+
+
 def model_products(model: Any) -> list[weights.GpuWeight]:
     """The (fused) weights one trunk step reads, in layer order, plus the LM head."""
     mats = []
@@ -230,14 +247,16 @@ def model_products(model: Any) -> list[weights.GpuWeight]:
     return [*mats, model.output]
 
 
-def matmul_variants(model: Any, rows: list[int], floor: float) -> list[dict[str, Any]]:
+def matmul_variants(
+    model: Any, rows: list[int], floor: float, variants: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The weight pass of the backend's fused products under each kernel tiling."""
     from engine.cuda import build
 
     mats, out = model_products(model), []
     default = build.MATMUL_CONFIG
     try:
-        for fields in VARIANTS:
+        for fields in variants:
             build.MATMUL_CONFIG = build.MatmulConfig(**fields)
             for n in rows:
                 seconds, nbytes = weight_pass(mats, n)
@@ -251,12 +270,66 @@ def matmul_variants(model: Any, rows: list[int], floor: float) -> list[dict[str,
     return out
 
 
+def product_classes(model: Any, rows: list[int]) -> list[dict[str, Any]]:
+    """The weight pass split by kind of product (all layers' products of one name, shape and
+    format in one graph): which shapes and formats fall short of the bandwidth."""
+    import re
+
+    groups: dict[tuple[str, int, int, int], list[weights.GpuWeight]] = {}
+    for m in model_products(model):
+        key = (re.sub(r"blk\.\d+\.", "", m.name), m.ggml_type, m.rows, m.cols)
+        groups.setdefault(key, []).append(m)
+    out = []
+    for (name, gtype, n, k), mats in groups.items():
+        for r in rows:
+            seconds, nbytes = weight_pass(mats, r)
+            row = {
+                "name": name,
+                "type": weights.TYPE_NAMES.get(gtype, str(gtype)),
+                "count": len(mats),
+            }
+            row.update(rows=r, N=n, K=k, ms=seconds * 1e3, GBps=nbytes / seconds / 1e9)
+            out.append(row)
+            print(
+                f"product {name:28s} {row['type']:5s} x{len(mats):2d} {n:6d}x{k:5d} rows={r:2d}: {seconds * 1e3:7.3f} ms  {row['GBps']:7.1f} GB/s",
+                flush=True,
+            )
+    return out
+
+
+def context_sweep(backend: Any, splits: list[int]) -> list[dict[str, Any]]:
+    """Decode step time against the context length, for several attention split counts."""
+    from dataclasses import replace
+
+    from engine.cuda.kernels import Ops
+
+    fwd, out = backend.fwd, []
+    ops0, parts0 = fwd.ops, fwd.att_parts
+    try:
+        for n in splits:
+            fwd.ops = Ops(replace(ops0.dims, att_splits=n))
+            fwd.att_parts = fwd.ops.attention_parts(backend.ws.max_rows)
+            for slots, context in ((1, 512), (1, 8192), (1, 23000), (4, 23000), (8, 512)):
+                ms = time_rows(backend, [1] * slots, context, 1)
+                out.append({"att_splits": n, "slots": slots, "context": context, "ms": ms})
+                print(
+                    f"att_splits={n:3d} slots={slots} context={context:6d}: {ms:8.3f} ms  {slots * 1e3 / ms:7.1f} tok/s",
+                    flush=True,
+                )
+    finally:
+        fwd.ops, fwd.att_parts = ops0, parts0
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,2,4,8,12,16,20")
     parser.add_argument("--step", action="store_true", help="time whole backend steps too")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--variants", action="store_true", help="time matmul tilings, then stop")
+    parser.add_argument("--products", action="store_true", help="time each kind of product")
+    parser.add_argument("--row-variants", action="store_true", help="time decode-size kernels")
+    parser.add_argument("--contexts", default="", help="attention split counts to sweep, e.g. 8,32")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
@@ -280,12 +353,18 @@ def main() -> int:
             f"copy bandwidth {bw / 1e12:.3f} TB/s; weights {total / 1e9:.2f} GB; floor {floor * 1e3:.3f} ms",
             flush=True,
         )
+        if args.row_variants:
+            info["row_variants"] = matmul_variants(model, [1, 2, 4, 8], floor, ROW_VARIANTS)
         if args.variants:
-            info["variants"] = matmul_variants(model, [33, 64, 128, 256, 512], floor)
+            info["variants"] = matmul_variants(model, [33, 64, 128, 256, 512], floor, VARIANTS)
             if args.json:
                 args.json.write_text(json.dumps(info, indent=2))
             return 0
-        backend = CudaBackend(model, n_slots=8, kv_tokens=16384, max_rows=512)
+        backend = CudaBackend(model, n_slots=8, kv_tokens=131072, max_rows=512)
+        if args.products:
+            info["products"] = product_classes(model, [1, 4, 12])
+        if args.contexts:
+            info["contexts"] = context_sweep(backend, [int(n) for n in args.contexts.split(",")])
         table = decode_steps(backend, rows, args.context)
         for r in table:
             r["tok_per_s_per_row"] = 1e3 / r["ms"]

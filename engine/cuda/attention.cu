@@ -36,7 +36,7 @@
 #define ATT_WARPS 4
 #define ATT_UNROLL 4
 #ifndef ATT_SPLITS
-#define ATT_SPLITS 8  // CTAs per (row, KV head) over the context
+#define ATT_SPLITS 16  // CTAs per (row, KV head) over the context (KernelDims.att_splits)
 #endif
 #define ATT_CHUNK 64
 
@@ -69,6 +69,34 @@ OJ_DEV void store_q8(float x, i8* q, u16* dscale) {
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     q[threadIdx.x & 31] = (i8)__float2int_rn(x * id);
     if ((threadIdx.x & 31) == 0) *dscale = f2h(d);
+}
+
+// A lane's ATT_DPL q8_0 codes times their block scale, read in words where the head size
+// allows (one 8-byte load for the 27B model's 256-wide heads, not eight byte loads).
+OJ_DEV void load_codes(const i8* p, float d, float (&out)[ATT_DPL]) {
+#if ATT_DPL % 8 == 0
+    constexpr int per = 8;
+#elif ATT_DPL % 4 == 0
+    constexpr int per = 4;
+#else
+    constexpr int per = 1;
+#endif
+#pragma unroll
+    for (int w = 0; w < ATT_DPL / per; ++w) {
+        u32 lo, hi = 0u;
+        if (per == 8) {
+            const uint2 v = ((const uint2*)p)[w];
+            lo = v.x;
+            hi = v.y;
+        } else if (per == 4) {
+            lo = ((const u32*)p)[w];
+        } else {
+            lo = (u32)(u8)p[w];
+        }
+#pragma unroll
+        for (int b = 0; b < per; ++b)
+            out[per * w + b] = d * (float)(i8)(((b < 4 ? lo : hi) >> (8 * (b & 3))) & 0xFFu);
+    }
 }
 
 // grid (T, ATT_HQ + ATT_HKV), block ATT_D.
@@ -133,12 +161,8 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
                 const size_t tok = pool_token(page_table, max_pages, slot, tau);
                 const size_t base = (tok * ATT_HKV + u) * ATT_D + lane * ATT_DPL;
                 const size_t didx = (tok * ATT_HKV + u) * (ATT_D / 32) + (lane * ATT_DPL) / 32;
-                const float kdv = h2f(kd[didx]), vdv = h2f(vd[didx]);
-#pragma unroll
-                for (int e = 0; e < ATT_DPL; ++e) {
-                    kv[j][e] = kdv * (float)kq[base + e];
-                    vv[j][e] = vdv * (float)vq[base + e];
-                }
+                load_codes(kq + base, h2f(kd[didx]), kv[j]);
+                load_codes(vq + base, h2f(vd[didx]), vv[j]);
             }
 #pragma unroll
             for (int j = 0; j < ATT_UNROLL; ++j) {

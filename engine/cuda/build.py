@@ -41,6 +41,7 @@ class KernelDims:
     att_hkv: int = 4
     att_nrot: int = 64
     kv_page: int = 16
+    att_splits: int = 16  # CTAs per (row, KV head) over the context (fixed: batch invariance)
 
     def defines(self) -> tuple[str, ...]:
         return tuple(f"-D{name.upper()}={value}" for name, value in asdict(self).items())

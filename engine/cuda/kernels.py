@@ -13,7 +13,7 @@ from engine.cuda import build
 from engine.cuda.build import KernelDims
 from engine.cuda.weights import F32, GpuWeight
 
-ATT_SPLITS = 8  # attention.cu's default
+ATT_ROWS_PER_LAUNCH = 64  # attention runs in groups of rows so its split scratch stays small
 
 
 class LaunchError(ValueError):
@@ -40,33 +40,21 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
     if R == 0:
         return
+    shape = (_i32(w.rows), _i32(w.cols))
+    io = (x, _i32(x.strides[0] // 4), y, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate)))
     if w.ggml_type == F32:
         fn = build.matmul_module(build.MATMUL_CONFIG).get_function("mm_f32_exact")
         grid = ((w.rows + 3) // 4, (R + 7) // 8)
-        args = (w.planes[0], _i32(w.rows), _i32(w.cols), x, _i32(x.strides[0] // 4), y)
-        fn(grid, (128,), (*args, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate))))
+        fn(grid, (128,), (w.planes[0], *shape, *io))
         return
     cfg = build.MATMUL_CONFIG
+    args = (*w.pointers(), *shape, *io)
     tile = cfg.row_tile(w.ggml_type, R)
     fn = build.matmul_module(cfg).get_function(tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles
     grid = (-(-R // tile.rows_per_group), -(-w.rows // tile.rows_per_cta))
-    fn(
-        grid,
-        (tile.threads,),
-        (
-            *w.pointers(),
-            _i32(w.rows),
-            _i32(w.cols),
-            x,
-            _i32(x.strides[0] // 4),
-            y,
-            _i32(y.strides[0] // 4),
-            _i32(R),
-            _i32(int(accumulate)),
-        ),
-    )
+    fn(grid, (tile.threads,), args)
 
 
 def embed(w: GpuWeight, tokens: Any, out: Any) -> None:
@@ -229,22 +217,28 @@ class Ops:
         )
 
     def attention_parts(self, max_rows: int) -> tuple[Any, Any]:
-        """Scratch for the context split: part_o f32 [T][hkv][splits][group][d], part_ml [..][2]."""
+        """Scratch for the context split of up to ATT_ROWS_PER_LAUNCH rows at a time:
+        part_o f32 [rows][hkv][splits][group][d], part_ml [..][2]."""
         import cupy as cp
 
         d = self.dims
-        shape = (max_rows, d.att_hkv, ATT_SPLITS, d.att_hq // d.att_hkv)
+        rows = min(max_rows, ATT_ROWS_PER_LAUNCH)
+        shape = (rows, d.att_hkv, d.att_splits, d.att_hq // d.att_hkv)
         return cp.zeros((*shape, d.att_d), cp.float32), cp.zeros((*shape, 2), cp.float32)
 
     def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any]) -> None:  # fmt: skip
         """y = softmax(q K^T) V * sigmoid(gate) over positions 0..row_pos, split over the context
-        in ATT_SPLITS CTAs then merged.  q: f32 [T][hq][d]; y: f32 [T][hq*d]; parts from
-        attention_parts()."""
-        T, hkv = q.shape[0], self.dims.att_hkv
-        meta = (page_table, _i32(page_table.shape[1]), row_slot, row_pos)
-        args = (q, *pool, *meta, np.float32(scale), *parts)
-        self._fn("attn_decode")((T, hkv, ATT_SPLITS), (128,), args)
-        self._fn("attn_merge")((T, hkv), (256,), (qg, _i32(qg.strides[0] // 4), *parts, y))
+        in att_splits CTAs then merged, parts.shape[0] rows per launch.  q: f32 [T][hq][d];
+        y: f32 [T][hq*d]; parts from attention_parts()."""
+        T, hkv, group = q.shape[0], self.dims.att_hkv, parts[0].shape[0]
+        ld = _i32(qg.strides[0] // 4)
+        for r0 in range(0, T, group):
+            r1 = min(T, r0 + group)
+            meta = (page_table, _i32(page_table.shape[1]), row_slot[r0:r1], row_pos[r0:r1])
+            args = (q[r0:r1], *pool, *meta, np.float32(scale), *parts)
+            self._fn("attn_decode")((r1 - r0, hkv, self.dims.att_splits), (128,), args)
+            merge = (qg[r0:r1], ld, *parts, y[r0:r1])
+            self._fn("attn_merge")((r1 - r0, hkv), (256,), merge)
 
     def sample(
         self,

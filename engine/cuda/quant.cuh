@@ -28,12 +28,34 @@ struct WDesc {
     int cols;      // K (input features), a multiple of 256
 };
 
-#define H2_1024 0x64006400u
-#define H2_1056 0x64206420u
-#define H2_1152 0x64806480u
+// f16x2 constants (both halves equal)
+#define H2_1024 0x64006400u       // 1024: OR-ed onto up to 10 low bits b it gives 1024 + b
+#define H2_1056 0x64206420u       // 1024 + 32 (the Q6_K offset)
+#define H2_1152 0x64806480u       // 1024 + 128 (signed bytes stored XOR 0x80)
+#define H2_SIXTEENTH 0x2C002C00u  // 1/16
+#define H2_M64 0xD400D400u        // -64
+#define H2_M96 0xD600D600u        // -96
 
 OJ_DEV u32 word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 OJ_DEV u32 byte_of(const uint4& v, int i) { return (word_of(v, i >> 2) >> (8 * (i & 3))) & 0xFFu; }
+
+// (x & MASK) | y in one LOP3: written in C the compiler spends two instructions when both
+// operands are immediates (a LOP3 encodes one), and this is the inner loop of every product.
+template <u32 MASK>
+OJ_DEV u32 and_or(u32 x, u32 y) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "r"(y));
+    return r;
+}
+template <u32 MASK, u32 OR>
+OJ_DEV u32 and_or(u32 x) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "n"(OR));
+    return r;
+}
+// Low / high half of an f16x2 in both halves.
+OJ_DEV u32 splat_lo(u32 v) { return __byte_perm(v, 0u, 0x1010); }
+OJ_DEV u32 splat_hi(u32 v) { return __byte_perm(v, 0u, 0x3232); }
 
 // 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes at scale_base (Q4_K/Q5_K).
 // hdr = the first 16 bytes of the block: d, dmin, scales[12].
@@ -49,17 +71,29 @@ OJ_DEV void kquant_scale_min(const uint4& hdr, int j, float& sc, float& mn) {
 }
 
 // The four sub-block scales a thread of the mma fragment needs (Q4_K and Q5_K share the
-// super-block header layout): f16x2 splats of d*sc and -dmin*mn.
+// super-block header layout): f16x2 splats of d*sc and -dmin*mn for sub-blocks 2g, 2g+1,
+// 4+2g, 5+2g (g = t >> 1). Computed two sub-blocks at a time in f16x2: sc and mn are exact
+// small integers in f16, and d*sc (11 x 6 significant bits) is exact in f32, so rounding the
+// f16 product once gives the same bits as rounding the f32 product (kquant_scale_min's).
 OJ_DEV void kquant_splat_scales(const uint4& hdr, int t, u32 (&ds)[4], u32 (&dmn)[4]) {
-    const float d = h2f((u16)(hdr.x & 0xFFFFu)), dmin = h2f((u16)(hdr.x >> 16));
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-        const int j = 2 * ((s >> 1) * 2 + (t >> 1)) + (s & 1);
-        float sc, mn;
-        kquant_scale_min(hdr, j, sc, mn);
-        ds[s] = h2_splat(d * sc);
-        dmn[s] = h2_splat(-dmin * mn);
-    }
+    const u32 sel = 0x4140u + 0x0202u * (u32)(t >> 1);  // bytes 2g, 2g+1 -> low bytes of halves
+    const u32 y = __byte_perm(hdr.y, 0u, sel), z = __byte_perm(hdr.z, 0u, sel);
+    const u32 w = __byte_perm(hdr.w, 0u, sel);
+    const u32 d2 = splat_lo(hdr.x), ndmin2 = splat_hi(hdr.x) ^ 0x80008000u;
+    const u32 sc_lo = hsub2(and_or<0x003F003Fu, H2_1024>(y), H2_1024);
+    const u32 mn_lo = hsub2(and_or<0x003F003Fu, H2_1024>(z), H2_1024);
+    const u32 sc_hi = hsub2(and_or<0x000F000Fu>(w, and_or<0x00300030u, H2_1024>(y >> 2)), H2_1024);
+    const u32 mn_hi = hsub2(and_or<0x000F000Fu>(w >> 4, and_or<0x00300030u, H2_1024>(z >> 2)), H2_1024);
+    const u32 p_lo = hmul2(d2, sc_lo), p_hi = hmul2(d2, sc_hi);
+    const u32 m_lo = hmul2(ndmin2, mn_lo), m_hi = hmul2(ndmin2, mn_hi);
+    ds[0] = splat_lo(p_lo);
+    ds[1] = splat_hi(p_lo);
+    ds[2] = splat_lo(p_hi);
+    ds[3] = splat_hi(p_hi);
+    dmn[0] = splat_lo(m_lo);
+    dmn[1] = splat_hi(m_lo);
+    dmn[2] = splat_lo(m_hi);
+    dmn[3] = splat_hi(m_hi);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -80,10 +114,16 @@ struct FragQ4K {
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
         const u32 word = w < 4 ? word_of(q0, w & 3) : word_of(q1, w & 3);
-        const u32 nib = word >> (4 * h);
-        const u32 p02 = (nib & 0x000F000Fu) | H2_1024, p13 = ((nib >> 8) & 0x000F000Fu) | H2_1024;
-        a02 = hfma2(hsub2(p02, H2_1024), ds[s], dmn[s]);
-        a13 = hfma2(hsub2(p13, H2_1024), ds[s], dmn[s]);
+        u32 q02, q13;
+        if (h == 0) {
+            q02 = hsub2(and_or<0x000F000Fu, H2_1024>(word), H2_1024);
+            q13 = hsub2(and_or<0x000F000Fu, H2_1024>(word >> 8), H2_1024);
+        } else {  // high nibbles in place read as 1024 + 16 q: no shift, and q = x/16 - 64
+            q02 = hfma2(and_or<0x00F000F0u, H2_1024>(word), H2_SIXTEENTH, H2_M64);
+            q13 = hfma2(and_or<0x00F000F0u, H2_1024>(word >> 8), H2_SIXTEENTH, H2_M64);
+        }
+        a02 = hfma2(q02, ds[s], dmn[s]);
+        a13 = hfma2(q13, ds[s], dmn[s]);
     }
 };
 
@@ -134,25 +174,39 @@ struct FragQ6K {
         sc = *(const uint4*)(W.p2 + b * 16);
         dbits = *(const u16*)(W.p3 + b * 2);
     }
+    // ds[n][q] = d * scale(8n + 2q + g) (g = t >> 1) as f16x2 splats, two at a time: the i8
+    // scales become exact f16 by the XOR-0x80 + 1152 trick, and d * sc (11 x 8 bits) is exact
+    // in f32, so the f16 product rounds to the bits of the f32 one.
     OJ_DEV void prep(int t) {
-        const float d = h2f(dbits);
+        const u32 d2 = splat_lo(dbits), sel = 0x4240u + 0x0101u * (u32)(t >> 1);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int si = 8 * n + 2 * q + (t >> 1);
-                ds[n][q] = h2_splat(d * (float)(i8)byte_of(sc, si));
+            for (int qh2 = 0; qh2 < 2; ++qh2) {
+                const u32 b = word_of(sc, 2 * n + qh2) ^ 0x80808080u;
+                const u32 p = hmul2(d2, hsub2(__byte_perm(b, 0x64646464u, sel), H2_1152));
+                ds[n][2 * qh2] = splat_lo(p);
+                ds[n][2 * qh2 + 1] = splat_hi(p);
             }
     }
+    // 6-bit codes as f16: 4 low bits | 2 high bits << 4 OR-ed onto 1024 (q < 2), or, for the
+    // high nibbles (q >= 2), 16 x that read in place (x/16 - 96 = code - 32).
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int n = c >> 3, q = (c >> 1) & 3, j = c & 1;
         const u32 lw = j ? ql[n][q & 1].y : ql[n][q & 1].x;
         const u32 hw = j ? qh[n].y : qh[n].x;
-        const int ns = 4 * (q >> 1);
-        const u32 p02 = ((lw >> ns) & 0x000F000Fu) | (((hw >> (2 * q)) & 0x00030003u) << 4) | H2_1024;
-        const u32 p13 = ((lw >> (ns + 8)) & 0x000F000Fu) | (((hw >> (2 * q + 8)) & 0x00030003u) << 4) | H2_1024;
-        a02 = hmul2(hsub2(p02, H2_1056), ds[n][q]);
-        a13 = hmul2(hsub2(p13, H2_1056), ds[n][q]);
+        u32 c02, c13;
+        if (q < 2) {
+            const u32 h02 = q == 0 ? hw << 4 : hw << 2, h13 = q == 0 ? hw >> 4 : hw >> 6;
+            c02 = hsub2(and_or<0x000F000Fu>(lw, and_or<0x00300030u, H2_1024>(h02)), H2_1056);
+            c13 = hsub2(and_or<0x000F000Fu>(lw >> 8, and_or<0x00300030u, H2_1024>(h13)), H2_1056);
+        } else {
+            const u32 h02 = q == 2 ? hw << 4 : hw << 2, h13 = q == 2 ? hw >> 4 : hw >> 6;
+            c02 = hfma2(and_or<0x00F000F0u>(lw, and_or<0x03000300u, H2_1024>(h02)), H2_SIXTEENTH, H2_M96);
+            c13 = hfma2(and_or<0x00F000F0u>(lw >> 8, and_or<0x03000300u, H2_1024>(h13)), H2_SIXTEENTH, H2_M96);
+        }
+        a02 = hmul2(c02, ds[n][q]);
+        a13 = hmul2(c13, ds[n][q]);
     }
 };
 
@@ -172,8 +226,8 @@ struct FragQ8_0 {
         dsp[1] = (dpair >> 16) | (dpair & 0xFFFF0000u);
     }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
-        const u32 u = word_of(qv[c >> 2], c & 3) ^ 0x80808080u;
-        const u32 p02 = (u & 0x00FF00FFu) | H2_1024, p13 = ((u >> 8) & 0x00FF00FFu) | H2_1024;
+        const u32 u = word_of(qv[c >> 2], c & 3) ^ 0x80808080u;  // byte = q + 128
+        const u32 p02 = __byte_perm(u, 0x64646464u, 0x4240), p13 = __byte_perm(u, 0x64646464u, 0x4341);
         a02 = hmul2(hsub2(p02, H2_1152), dsp[c >> 3]);
         a13 = hmul2(hsub2(p13, H2_1152), dsp[c >> 3]);
     }

@@ -5,6 +5,8 @@ on fresh random inputs with poisoned outputs. Both a small and the 27B head shap
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -118,15 +120,22 @@ def _q8_roundtrip(x: np.ndarray) -> np.ndarray:
     return (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
 
 
-@pytest.mark.parametrize("dims", [SMALL, BIG])
+# few splits: each split's part of the context spans several chunks
+FEW_SPLITS = {"att_splits": 4}
+
+
+@pytest.mark.parametrize(
+    "dims", [SMALL, BIG, replace(SMALL, **FEW_SPLITS), replace(BIG, **FEW_SPLITS)]
+)
 def test_attention_over_paged_q8_pool(dims: KernelDims) -> None:
-    """Two slots with histories of 20 and 35 tokens written in the same launch as their new rows
-    (prefill path: causal inside the step), pages scattered over the pool."""
+    """Two slots with histories of 21 and 600 tokens written in the same launch as their new
+    rows (prefill path: causal inside the step), pages scattered over the pool; 621 rows run in
+    groups of 64, a row's context in att_splits parts merged in order."""
     import cupy as cp
 
     ops = Ops(dims)
     d, hq, hkv, base = dims.att_d, dims.att_hq, dims.att_hkv, 1e7
-    lengths = (21, 600)  # the second spans 10 chunks: every split of the context is used
+    lengths = (21, 600)  # the second spans 10 chunks of 64
     rng = np.random.default_rng(dims.att_d)
     page_table = rng.permutation(128).astype(np.int32).reshape(2, 64)
     row_slot = np.concatenate([np.full(n, s, dtype=np.int32) for s, n in enumerate(lengths)])
