@@ -393,6 +393,20 @@ def main() -> int:
             info["beside_prefill_ms"],
             flush=True,
         )
+        # the same deeper into a long prompt (both slots at that context): a prompt row's cost
+        # grows with its position, which SchedulerConfig.prefill_position_scale models
+        info["beside_prefill_16_by_context_ms"] = {
+            ctx: {
+                "alone": time_rows(backend, [1], ctx, 1),
+                "beside_16": time_rows(backend, [1, 16], ctx, 1),
+            }
+            for ctx in (512, 8192, 16384)
+        }
+        print(
+            "decode row alone / beside 16 prompt rows, by context, ms:",
+            info["beside_prefill_16_by_context_ms"],
+            flush=True,
+        )
         info["prefill_tok_per_s"] = {n: prefill(backend, n) for n in (512, 8192)}
         print("prefill tok/s:", info["prefill_tok_per_s"], flush=True)
     else:

@@ -44,10 +44,14 @@ from engine.scheduler_stats import StatsBook
 class SchedulerConfig:
     max_rows: int = 512  # rows per step (capped by the backend's)
     max_chunk: int = 256  # largest prefill chunk of one slot per step
-    # prefill rows per step while any slot decodes: on the H200 a decode row beside a 16-row
-    # chunk steps in 19 ms (10.7 alone), beside 64 rows in 70 ms (bench/NOTES.md), so decoding
-    # agents keep about half their solo rate while a long prompt is processed
+    # prompt rows per step while any slot decodes, so decoding agents keep about half their solo
+    # rate while a long prompt is processed: on the H200 a decode row alone steps in 10.0 ms,
+    # beside a 16-row chunk at the start of a prompt in 18.9 ms (bench/NOTES.md). Deeper into
+    # the prompt each row attends to more context and costs more: a row at position p counts
+    # 1 + p / prefill_position_scale (14,000 fits the H200's measured attention cost per row;
+    # 0 counts every row as 1)
     prefill_beside_decode: int = 16
+    prefill_position_scale: int = 14000
     speculation: str = "mtp"  # off | mtp | lookup | mtp+lookup
     n_draft: int = 2
     checkpoint_interval: int = 2048
@@ -219,7 +223,7 @@ class Scheduler:
 
     def _plan(self) -> StepPlan | None:
         """Every decoding slot's group (one row each at least, drafts from what is left), then
-        prefill chunks from the rest of the row budget (at most prefill_beside_decode rows when
+        prefill chunks from the rest of the row budget (at most _rows_beside_decode() rows when
         a slot decodes)."""
         budget = min(self.config.max_rows, self.backend.max_rows)
         decoding = [s for s in self.slots if s.job is not None and s.job.phase == "decode"]
@@ -232,9 +236,21 @@ class Scheduler:
             steps.append(self._slot_step(slot, slot.job, RowKind.DECODE, group, True, ()))
             budget -= n_drafts
         if decoding:
-            budget = min(budget, self.config.prefill_beside_decode)
+            budget = min(budget, self._rows_beside_decode())
         steps.extend(self._prefill_steps(budget))
         return StepPlan(tuple(steps)) if steps else None
+
+    def _rows_beside_decode(self) -> int:
+        """Prompt rows a step may carry beside decoding slots: prefill_beside_decode row costs,
+        a row costing more the deeper the deepest pending prompt is (never less than one row,
+        so a prompt always advances)."""
+        cfg = self.config
+        deepest = max(
+            (len(s.tokens) for s in self.slots if s.job is not None and s.job.phase == "prefill"),
+            default=0,
+        )
+        cost = 1.0 + deepest / cfg.prefill_position_scale if cfg.prefill_position_scale > 0 else 1.0
+        return max(1, int(cfg.prefill_beside_decode / cost))
 
     def _useful_drafts(self, slot: SlotRecord) -> int:
         """Drafts worth verifying: no more than the tokens still wanted or the context allows."""

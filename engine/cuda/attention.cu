@@ -71,32 +71,60 @@ OJ_DEV void store_q8(float x, i8* q, u16* dscale) {
     if ((threadIdx.x & 31) == 0) *dscale = f2h(d);
 }
 
-// A lane's ATT_DPL q8_0 codes times their block scale, read in words where the head size
-// allows (one 8-byte load for the 27B model's 256-wide heads, not eight byte loads).
-OJ_DEV void load_codes(const i8* p, float d, float (&out)[ATT_DPL]) {
+// A lane's ATT_DPL q8_0 codes of one position as raw words: one 8-byte load for the 27B
+// model's 256-wide heads (ATT_DPL = 8), not eight byte loads.
+#define ATT_RAW ((ATT_DPL + 3) / 4)
+OJ_DEV void load_raw(const i8* p, u32 (&w)[ATT_RAW]) {
 #if ATT_DPL % 8 == 0
-    constexpr int per = 8;
-#elif ATT_DPL % 4 == 0
-    constexpr int per = 4;
-#else
-    constexpr int per = 1;
-#endif
 #pragma unroll
-    for (int w = 0; w < ATT_DPL / per; ++w) {
-        u32 lo, hi = 0u;
-        if (per == 8) {
-            const uint2 v = ((const uint2*)p)[w];
-            lo = v.x;
-            hi = v.y;
-        } else if (per == 4) {
-            lo = ((const u32*)p)[w];
-        } else {
-            lo = (u32)(u8)p[w];
-        }
-#pragma unroll
-        for (int b = 0; b < per; ++b)
-            out[per * w + b] = d * (float)(i8)(((b < 4 ? lo : hi) >> (8 * (b & 3))) & 0xFFu);
+    for (int i = 0; i < ATT_RAW; i += 2) {
+        const uint2 v = ((const uint2*)p)[i / 2];
+        w[i] = v.x;
+        w[i + 1] = v.y;
     }
+#elif ATT_DPL % 4 == 0
+#pragma unroll
+    for (int i = 0; i < ATT_RAW; ++i) w[i] = ((const u32*)p)[i];
+#else
+    w[0] = 0u;
+#pragma unroll
+    for (int e = 0; e < ATT_DPL; ++e) w[0] |= (u32)(u8)p[e] << (8 * e);
+#endif
+}
+OJ_DEV float code_of(const u32 (&w)[ATT_RAW], int e) {
+    return (float)(i8)((w[e >> 2] >> (8 * (e & 3))) & 0xFFu);
+}
+
+// The raw K and V codes and scales of one warp's block of ATT_UNROLL positions.
+struct KVBlock {
+    u32 k[ATT_UNROLL][ATT_RAW], v[ATT_UNROLL][ATT_RAW];
+    float kd[ATT_UNROLL], vd[ATT_UNROLL];
+};
+
+// Sums over the warp of ATT_UNROLL * ATT_GP values at once: each xor step hands half of the
+// values still held to the partner lane, so 32 values cost 31 shuffles (not 5 each), and lane
+// L ends with the sum of value index L >> (5 - log2(ATT_UNROLL * ATT_GP)).
+#define ATT_GP (ATT_GROUP <= 1 ? 1 : ATT_GROUP <= 2 ? 2 : ATT_GROUP <= 4 ? 4 : 8)
+#define ATT_NV (ATT_UNROLL * ATT_GP)
+#define ATT_VSHIFT (ATT_NV >= 32 ? 0 : ATT_NV >= 16 ? 1 : ATT_NV >= 8 ? 2 : ATT_NV >= 4 ? 3 : 4)
+static_assert(ATT_NV <= 32 && (ATT_NV & (ATT_NV - 1)) == 0, "a block's scores fit one per lane");
+OJ_DEV float multi_warp_sum(float (&x)[ATT_NV], int lane) {
+#pragma unroll
+    for (int o = 16, n = ATT_NV; o >= 1; o >>= 1) {
+        if (n > 1) {
+            const bool upper = (lane & o) != 0;
+#pragma unroll
+            for (int i = 0; i < n / 2; ++i) {
+                const float send = upper ? x[i] : x[i + n / 2];
+                const float keep = upper ? x[i + n / 2] : x[i];
+                x[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+            n /= 2;
+        } else {
+            x[0] += __shfl_xor_sync(0xffffffffu, x[0], o);
+        }
+    }
+    return x[0];
 }
 
 // grid (T, ATT_HQ + ATT_HKV), block ATT_D.
@@ -123,8 +151,10 @@ extern "C" __global__ void attn_prep(const float* qg, const float* kf, const flo
 
 // Split over the context (flash-decoding): grid (T, ATT_HKV, ATT_SPLITS), block 32*ATT_WARPS.
 // Positions come in chunks of ATT_CHUNK; chunk c belongs to split c % ATT_SPLITS, and inside a
-// chunk warp w takes positions w, w + ATT_WARPS, ... Every split depends only on the position,
-// so a row's result never depends on the batch; attn_merge combines the splits in order.
+// chunk warp w takes blocks of ATT_UNROLL positions w + ATT_WARPS*j, ... Every split depends
+// only on the position, so a row's result never depends on the batch; attn_merge combines the
+// splits in order. Per block a warp computes all its scores, reduces them together
+// (multi_warp_sum), and rescales its running sums once.
 //   part_o  f32 [T][ATT_HKV][ATT_SPLITS][ATT_GROUP][ATT_D]  (sum of p*v, relative to part max)
 //   part_ml f32 [T][ATT_HKV][ATT_SPLITS][ATT_GROUP][2]      (running max, sum of p)
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
@@ -137,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int pos = row_pos[t], slot = row_slot[t];
 
-    float qv[ATT_GROUP][ATT_DPL], acc[ATT_GROUP][ATT_DPL], m[ATT_GROUP], l[ATT_GROUP];
+    float qv[ATT_GROUP][ATT_DPL], acc[ATT_GROUP][ATT_DPL];
 #pragma unroll
     for (int g = 0; g < ATT_GROUP; ++g) {
         const float* qh = q + ((size_t)t * ATT_HQ + u * ATT_GROUP + g) * ATT_D + lane * ATT_DPL;
@@ -146,47 +176,100 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
             qv[g][e] = qh[e] * scale;
             acc[g][e] = 0.0f;
         }
-        m[g] = -OJ_INF;
-        l[g] = 0.0f;
     }
-    for (int c = split; c * ATT_CHUNK <= pos; c += ATT_SPLITS) {
-        const int hi = min(c * ATT_CHUNK + ATT_CHUNK - 1, pos);
-        // ATT_UNROLL positions per iteration: their loads are issued together, then the online
-        // softmax consumes them in position order (the same order as one at a time).
-        for (int tau0 = c * ATT_CHUNK + warp; tau0 <= hi; tau0 += ATT_WARPS * ATT_UNROLL) {
-            float kv[ATT_UNROLL][ATT_DPL], vv[ATT_UNROLL][ATT_DPL];
+    // running max and sum of the group of this lane's score (the lanes of a group agree)
+    const int my_j = (lane >> ATT_VSHIFT) / ATT_GP;  // the position of this lane's score
+    float m = -OJ_INF, l = 0.0f;
+
+    // This warp's blocks: chunks c = split, split + ATT_SPLITS, ... of ATT_CHUNK positions, in
+    // each the positions tau0 + j*ATT_WARPS (j < ATT_UNROLL) for tau0 = c*ATT_CHUNK + warp,
+    // + ATT_WARPS*ATT_UNROLL, ... A flat block index lets the next block's loads fly while this
+    // one is computed.
+    constexpr int per_chunk = ATT_CHUNK / (ATT_WARPS * ATT_UNROLL);
+    const int n_chunks = split * ATT_CHUNK <= pos ? (pos / ATT_CHUNK - split) / ATT_SPLITS + 1 : 0;
+    const int n_blocks = n_chunks * per_chunk;
+    auto block_at = [&](int b, int& tau0, int& hi) {
+        const int c = split + (b / per_chunk) * ATT_SPLITS;
+        tau0 = c * ATT_CHUNK + warp + (b % per_chunk) * ATT_WARPS * ATT_UNROLL;
+        hi = min(c * ATT_CHUNK + ATT_CHUNK - 1, pos);
+    };
+    auto load = [&](KVBlock& kvb, int b) {
+        int tau0, hi;
+        block_at(b, tau0, hi);
 #pragma unroll
-            for (int j = 0; j < ATT_UNROLL; ++j) {
-                const int tau = min(tau0 + j * ATT_WARPS, hi);
-                const size_t tok = pool_token(page_table, max_pages, slot, tau);
-                const size_t base = (tok * ATT_HKV + u) * ATT_D + lane * ATT_DPL;
-                const size_t didx = (tok * ATT_HKV + u) * (ATT_D / 32) + (lane * ATT_DPL) / 32;
-                load_codes(kq + base, h2f(kd[didx]), kv[j]);
-                load_codes(vq + base, h2f(vd[didx]), vv[j]);
+        for (int j = 0; j < ATT_UNROLL; ++j) {
+            const int tau = min(tau0 + j * ATT_WARPS, hi);
+            const size_t tok = pool_token(page_table, max_pages, slot, tau);
+            const size_t base = (tok * ATT_HKV + u) * ATT_D + lane * ATT_DPL;
+            const size_t didx = (tok * ATT_HKV + u) * (ATT_D / 32) + (lane * ATT_DPL) / 32;
+            load_raw(kq + base, kvb.k[j]);
+            load_raw(vq + base, kvb.v[j]);
+            kvb.kd[j] = h2f(kd[didx]);
+            kvb.vd[j] = h2f(vd[didx]);
+        }
+    };
+    KVBlock cur, nxt;
+    if (n_blocks > 0) load(cur, 0);
+    for (int b = 0; b < n_blocks; ++b) {
+        if (b + 1 < n_blocks) load(nxt, b + 1);
+        int tau0, hi;
+        block_at(b, tau0, hi);
+        if (tau0 <= hi) {  // (warp-uniform) a last partial chunk can leave a block empty
+            // scores of the block's ATT_UNROLL positions x ATT_GROUP heads (a lane's 8 dims share
+            // one q8_0 scale, applied to the lane's partial sum)
+            float x[ATT_NV];
+#pragma unroll
+            for (int j = 0; j < ATT_UNROLL; ++j)
+#pragma unroll
+                for (int g = 0; g < ATT_GP; ++g) {
+                    float s = 0.0f;
+                    if (g < ATT_GROUP) {
+#pragma unroll
+                        for (int e = 0; e < ATT_DPL; ++e) s = fmaf(qv[g][e], code_of(cur.k[j], e), s);
+                    }
+                    x[j * ATT_GP + g] = s * cur.kd[j];
+                }
+            float sc = multi_warp_sum(x, lane);
+            if (tau0 + my_j * ATT_WARPS > hi) sc = -OJ_INF;  // past the chunk's end
+            // online softmax, one rescale per block: max and sum over the block's positions
+            float mx = sc;
+#pragma unroll
+            for (int o = ATT_GP << ATT_VSHIFT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mn = fmaxf(m, mx), corr = __expf(m - mn);  // corr = 0 on the first block
+            const float p = __expf(sc - mn);
+            float ps = p;
+#pragma unroll
+            for (int o = ATT_GP << ATT_VSHIFT; o < 32; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l = l * corr + ps;
+            m = mn;
+#pragma unroll
+            for (int g = 0; g < ATT_GROUP; ++g) {
+                const float cg = __shfl_sync(0xffffffffu, corr, g << ATT_VSHIFT);
+#pragma unroll
+                for (int e = 0; e < ATT_DPL; ++e) acc[g][e] *= cg;
             }
 #pragma unroll
-            for (int j = 0; j < ATT_UNROLL; ++j) {
-                if (tau0 + j * ATT_WARPS > hi) break;
+            for (int j = 0; j < ATT_UNROLL; ++j)
 #pragma unroll
                 for (int g = 0; g < ATT_GROUP; ++g) {
-                    float s = 0.0f;
+                    const float pv = __shfl_sync(0xffffffffu, p, (j * ATT_GP + g) << ATT_VSHIFT) * cur.vd[j];
 #pragma unroll
-                    for (int e = 0; e < ATT_DPL; ++e) s += qv[g][e] * kv[j][e];
-                    s = warp_sum(s);
-                    const float mn = fmaxf(m[g], s), corr = __expf(m[g] - mn), p = __expf(s - mn);
-                    l[g] = l[g] * corr + p;
-#pragma unroll
-                    for (int e = 0; e < ATT_DPL; ++e) acc[g][e] = acc[g][e] * corr + p * vv[j][e];
-                    m[g] = mn;
+                    for (int e = 0; e < ATT_DPL; ++e) acc[g][e] = fmaf(pv, code_of(cur.v[j], e), acc[g][e]);
                 }
-            }
         }
+        cur = nxt;
+    }
+    float mg[ATT_GROUP], lg[ATT_GROUP];
+#pragma unroll
+    for (int g = 0; g < ATT_GROUP; ++g) {
+        mg[g] = __shfl_sync(0xffffffffu, m, g << ATT_VSHIFT);
+        lg[g] = __shfl_sync(0xffffffffu, l, g << ATT_VSHIFT);
     }
 #pragma unroll
     for (int g = 0; g < ATT_GROUP; ++g) {
         if (lane == 0) {
-            sm_m[warp][g] = m[g];
-            sm_l[warp][g] = l[g];
+            sm_m[warp][g] = mg[g];
+            sm_l[warp][g] = lg[g];
         }
 #pragma unroll
         for (int e = 0; e < ATT_DPL; ++e) sm_acc[warp][g][lane * ATT_DPL + e] = acc[g][e];

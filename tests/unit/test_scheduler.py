@@ -226,7 +226,9 @@ def test_prefill_beside_a_decoding_slot_is_capped() -> None:
     """While a slot decodes, another's long prompt advances at most prefill_beside_decode rows
     per step; alone, it takes max_chunk rows; the tokens are the solo tokens either way."""
     backend = FakeBackend()
-    config = SchedulerConfig(max_rows=256, max_chunk=128, prefill_beside_decode=8)
+    config = SchedulerConfig(
+        max_rows=256, max_chunk=128, prefill_beside_decode=8, prefill_position_scale=0
+    )
     short, long = prompt(3, 10), prompt(4, 400)
     sinks = run(
         Scheduler(backend, config),
@@ -245,6 +247,36 @@ def test_prefill_beside_a_decoding_slot_is_capped() -> None:
     alone = [rows for rows, decoding in prefill_rows if not decoding]
     assert beside and max(beside) <= 8
     assert max(alone) == 10 + 128  # the first step: both prompts, nobody decodes yet
+
+
+def test_prompt_rows_beside_decoding_shrink_with_the_prompts_depth() -> None:
+    """Deeper into a long prompt each row attends to more context: beside a decoding slot the
+    chunk is prefill_beside_decode / (1 + position / prefill_position_scale) rows, at least one;
+    the tokens stay the solo tokens."""
+    backend = FakeBackend()
+    config = SchedulerConfig(
+        max_rows=256, max_chunk=128, prefill_beside_decode=12, prefill_position_scale=50
+    )
+    short, long = prompt(5, 10), prompt(6, 500)
+    sinks = run(
+        Scheduler(backend, config),
+        [
+            GenerationRequest(short, GREEDY, max_tokens=300),
+            GenerationRequest(long, GREEDY, max_tokens=3),
+        ],
+    )
+    assert [sink.tokens for sink in sinks] == [solo_greedy(short, 300), solo_greedy(long, 3)]
+    beside = [
+        (step.start_pos, step.n_rows)
+        for plan in backend.plans
+        if any(s.kind is RowKind.DECODE for s in plan.slots)
+        for step in plan.slots
+        if step.kind is RowKind.PREFILL
+    ]
+    assert beside
+    for start, rows in beside:
+        assert rows == min(500 - start, max(1, int(12 / (1 + start / 50))))
+    assert {rows for _, rows in beside} >= {2, 1}  # shrinking as it goes deeper
 
 
 def test_speculation_off_mtp_and_scripted_give_identical_tokens() -> None:
