@@ -221,7 +221,7 @@ OJ_MM_ALL_NT(mm_f16, FragF16)
 // shared memory (A fragments, in the register kernel's fragment order) and converts 8/GM n-tiles
 // of activations (B fragments); then each warp runs its 2 x 4 tile of mma from shared memory.
 // So a weight is dequantized once per 64 rows and an activation converted once per 16*GM
-// features. Batch invariance: the super-blocks are visited in the register kernel's K split
+// features; the next super-block's raw weight blocks load during this one's work. Batch invariance: the super-blocks are visited in the register kernel's K split
 // (class w = sb mod MM_NW, each class summed from zero in order, the classes added in order),
 // so every output element is bit for bit what wmat_rows gives, at any row count.
 template <class Frag, int GM>
@@ -246,6 +246,15 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
             for (int q = 0; q < 4; ++q) total[i][j][q] = 0.0f;
 
     const int nsb = W.cols >> 8;
+    // Software pipeline over the (class, super-block) sequence: the next super-block's raw
+    // blocks are in flight while this one is dequantized and multiplied (one CTA per SM
+    // leaves too few warps to hide the load otherwise).
+    Frag fa[2], fnext[2];
+    auto load = [&](Frag (&f)[2], int sb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) f[h].load(W, min(row0 + 16 * warp + 8 * h + gid, W.rows - 1), sb, t);
+    };
+    if (nsb > 0) load(fa, 0);
     for (int w = 0; w < MM_NW; ++w) {
 #pragma unroll
         for (int i = 0; i < 2; ++i)
@@ -254,12 +263,11 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
 #pragma unroll
                 for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
         for (int sb = w; sb < nsb; sb += MM_NW) {
-            Frag fa[2];
+            // the next item: this class's next super-block, else the next class's first
+            const int sb_next = sb + MM_NW < nsb ? sb + MM_NW : w + 1;
+            if (sb_next < nsb && (sb + MM_NW < nsb || w + 1 < MM_NW)) load(fnext, sb_next);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                fa[h].load(W, min(row0 + 16 * warp + 8 * h + gid, W.rows - 1), sb, t);
-                fa[h].prep(t);
-            }
+            for (int h = 0; h < 2; ++h) fa[h].prep(t);
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -300,6 +308,8 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
                 }
                 __syncthreads();  // the next half overwrites As and Bs
             }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) fa[h] = fnext[h];
         }
 #pragma unroll
         for (int i = 0; i < 2; ++i)
@@ -324,7 +334,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
             }
 }
 
-// mmg_*: 64 weight rows per CTA (4 warps, 3 CTAs/SM); mmg8_*: 128 (8 warps, X read half as
+// mmg_*: 64 weight rows per CTA (4 warps, 2 CTAs/SM); mmg8_*: 128 (8 warps, X read half as
 // often, 48 KiB of shared memory).
 #define OJ_MMG_KERNEL(NAME, FRAG, GM, MINB)                                                       \
     extern "C" __global__ void __launch_bounds__(32 * GM, MINB)                                   \
@@ -334,7 +344,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
         wmat_gemm<FRAG, GM>(W, X, ldx, Y, ldy, R, accumulate);                                    \
     }
 #define OJ_MMG_BOTH(NAME, FRAG)                \
-    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 3)      \
+    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 2)      \
     OJ_MMG_KERNEL(mmg8_##NAME, FRAG, 8, 1)
 
 OJ_MMG_BOTH(q4_k, FragQ4K)
