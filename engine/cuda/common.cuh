@@ -32,10 +32,6 @@ OJ_DEV u16 f2h(float f) {
 OJ_DEV u32 pack_h2(float lo, float hi) {
     return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
 }
-OJ_DEV u32 h2_splat(float f) {
-    u32 h = f2h(f);
-    return h | (h << 16);
-}
 OJ_DEV u32 hsub2(u32 a, u32 b) {
     u32 d;
     asm("{ sub.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));

@@ -222,26 +222,37 @@ def test_concurrent_requests_get_their_solo_tokens() -> None:
     assert mixed
 
 
-def test_prefill_beside_a_decoding_slot_is_capped() -> None:
-    """While a slot decodes, another's long prompt advances at most prefill_beside_decode rows
-    per step; alone, it takes max_chunk rows; the tokens are the solo tokens either way."""
+def run_beside_a_decoder(
+    config: SchedulerConfig, short: list[int], long: list[int], decoded: int, long_tokens: int
+) -> list[StepPlan]:
+    """A short prompt that then decodes `decoded` tokens and a long prompt beside it: both get
+    their solo tokens. The run's step plans."""
     backend = FakeBackend()
-    config = SchedulerConfig(
-        max_rows=256, max_chunk=128, prefill_beside_decode=8, prefill_position_scale=0
-    )
-    short, long = prompt(3, 10), prompt(4, 400)
     sinks = run(
         Scheduler(backend, config),
         [
-            GenerationRequest(short, GREEDY, max_tokens=200),
-            GenerationRequest(long, GREEDY, max_tokens=4),
+            GenerationRequest(short, GREEDY, max_tokens=decoded),
+            GenerationRequest(long, GREEDY, max_tokens=long_tokens),
         ],
     )
-    assert [sink.tokens for sink in sinks] == [solo_greedy(short, 200), solo_greedy(long, 4)]
+    assert [sink.tokens for sink in sinks] == [
+        solo_greedy(short, decoded),
+        solo_greedy(long, long_tokens),
+    ]
+    return backend.plans
+
+
+def test_prefill_beside_a_decoding_slot_is_capped() -> None:
+    """While a slot decodes, another's long prompt advances at most prefill_beside_decode rows
+    per step; alone, it takes max_chunk rows; the tokens are the solo tokens either way."""
+    config = SchedulerConfig(
+        max_rows=256, max_chunk=128, prefill_beside_decode=8, prefill_position_scale=0
+    )
+    plans = run_beside_a_decoder(config, prompt(3, 10), prompt(4, 400), 200, 4)
     prefill_rows = [
         (sum(s.n_rows for s in p.slots if s.kind is RowKind.PREFILL),
          any(s.kind is RowKind.DECODE for s in p.slots))
-        for p in backend.plans
+        for p in plans
     ]  # fmt: skip
     beside = [rows for rows, decoding in prefill_rows if decoding and rows]
     alone = [rows for rows, decoding in prefill_rows if not decoding]
@@ -253,22 +264,13 @@ def test_prompt_rows_beside_decoding_shrink_with_the_prompts_depth() -> None:
     """Deeper into a long prompt each row attends to more context: beside a decoding slot the
     chunk is prefill_beside_decode / (1 + position / prefill_position_scale) rows, at least one;
     the tokens stay the solo tokens."""
-    backend = FakeBackend()
     config = SchedulerConfig(
         max_rows=256, max_chunk=128, prefill_beside_decode=12, prefill_position_scale=50
     )
-    short, long = prompt(5, 10), prompt(6, 500)
-    sinks = run(
-        Scheduler(backend, config),
-        [
-            GenerationRequest(short, GREEDY, max_tokens=300),
-            GenerationRequest(long, GREEDY, max_tokens=3),
-        ],
-    )
-    assert [sink.tokens for sink in sinks] == [solo_greedy(short, 300), solo_greedy(long, 3)]
+    plans = run_beside_a_decoder(config, prompt(5, 10), prompt(6, 500), 300, 3)
     beside = [
         (step.start_pos, step.n_rows)
-        for plan in backend.plans
+        for plan in plans
         if any(s.kind is RowKind.DECODE for s in plan.slots)
         for step in plan.slots
         if step.kind is RowKind.PREFILL
