@@ -173,13 +173,22 @@ class Api:
     ) -> AsyncIterator[Any]:
         yield _data(maker.delta({"role": "assistant", "content": ""}))
         streamed = {"content": "", "reasoning": ""}
+        produced = 0
         async for piece in generate_text(self.bridge, self.tokenizer, generation, options.stops):
             if piece.queued is not None:
                 yield ServerSentEvent(comment=f"queued: position {piece.queued}")
+            chunks = []
             for event in parser.feed(piece.text) if piece.text else []:
                 if event.kind in streamed:
                     streamed[event.kind] += event.text
-                yield _data(maker.delta(event.to_delta()))
+                chunks.append(maker.delta(event.to_delta()))
+            produced += len(piece.tokens)
+            if options.timings_per_token and piece.tokens:
+                # a chunk for these tokens even when the parser holds their text back
+                chunks = chunks or [maker.delta({})]
+                chunks[-1]["timings"] = {"predicted_n": produced}
+            for chunk in chunks:
+                yield _data(chunk)
             if piece.finished is not None:
                 for item in self._chat_end(maker, parser, streamed, piece.finished, options):
                     yield item

@@ -178,6 +178,16 @@ def test_chat_completion_whole_and_streamed_agree(backend: ReferenceBackend) -> 
     assert streamed == (message["content"] or "")
     assert chunks[-1]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]
     assert chunks[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    # timings_per_token: the same deltas, and a count on a chunk for every generated token
+    with serving(backend, speculation="off") as base:
+        timed = streamed_chunks(
+            base, "/v1/chat/completions", {**stream_body, "timings_per_token": True}
+        )
+    counted = [c["timings"]["predicted_n"] for c in timed if c["choices"] and "timings" in c]
+    assert counted == list(range(1, whole["usage"]["completion_tokens"] + 1))
+    assert [
+        c["choices"][0]["delta"] for c in timed if c["choices"] and c["choices"][0]["delta"]
+    ] == [c["choices"][0]["delta"] for c in chunks if c["choices"] and c["choices"][0]["delta"]]
 
 
 def _error(response: httpx.Response, status: int) -> str:
