@@ -1,0 +1,116 @@
+"""Where a decode step's time goes outside the GPU: CudaBackend.step's wall time split into its
+host phases, against the GPU time of the same step replayed as a graph (bench/decode.py's
+time_rows), on the full 27B shape (random weights made on the GPU; no file needed).
+
+The server's per-token time is the backend's step plus the scheduler and the HTTP stream; the
+gap between the graph time and `bench/parallel.py`'s rates is what this splits further.
+Usage: python bench/step_host.py [--slots 1,4] [--steps 200] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import manifest  # noqa: E402
+from bench.decode import time_rows  # noqa: E402
+
+
+def timed_methods(obj: Any, names: list[str], totals: dict[str, float]) -> Callable[[], None]:
+    """Wrap obj's methods so their wall time adds up in totals[name]; returns the undo."""
+    saved = {name: getattr(obj, name) for name in names}
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                totals[name] += time.perf_counter() - start
+
+        return timed
+
+    for name, fn in saved.items():
+        setattr(obj, name, wrap(name, fn))
+
+    def undo() -> None:
+        for name, fn in saved.items():
+            setattr(obj, name, fn)
+
+    return undo
+
+
+def decode_steps(backend: Any, slots: int, steps: int) -> dict[str, float]:
+    """Milliseconds per step of `steps` greedy decode steps of `slots` slots (one row each):
+    the wall time and its host phases."""
+    import cupy as cp
+
+    from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
+
+    last = {}
+    for s in range(slots):  # a 64-token prompt each
+        backend.reset_slot(s)
+        prompt = tuple((s * 31 + i * 7) % 1000 for i in range(64))
+        result = backend.step(StepPlan((SlotStep(s, RowKind.PREFILL, prompt, 0, GREEDY),)))
+        last[s] = result.for_slot(s).accepted[-1]
+    totals: dict[str, float] = defaultdict(float)
+    undo = [
+        timed_methods(backend, ["_upload", "_finish"], totals),
+        timed_methods(backend.fwd, ["run"], totals),
+    ]
+    cp.cuda.Device().synchronize()
+    start = time.perf_counter()
+    try:
+        for _ in range(steps):
+            plan = StepPlan(
+                tuple(
+                    SlotStep(s, RowKind.DECODE, (last[s],), backend.slot_length(s), GREEDY)
+                    for s in range(slots)
+                )
+            )
+            result = backend.step(plan)
+            for s in range(slots):
+                last[s] = result.for_slot(s).accepted[-1]
+    finally:
+        for u in undo:
+            u()
+    wall = (time.perf_counter() - start) / steps * 1e3
+    out = {"wall_ms": wall} | {f"{k}_ms": v / steps * 1e3 for k, v in totals.items()}
+    # graph replay of the same layout from the same context length, GPU time only
+    out["graph_ms"] = time_rows(backend, [1] * slots, backend.slot_length(0), 1)
+    out["host_ms"] = wall - out["graph_ms"]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slots", default="1,4")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    info: dict[str, Any] = {"manifest": manifest()}
+    print(json.dumps(info["manifest"]), flush=True)
+    from engine.cuda.backend import CudaBackend
+    from engine.cuda.model import random_model
+
+    backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
+    for slots in (int(s) for s in args.slots.split(",")):
+        row = decode_steps(backend, slots, args.steps)
+        info[f"slots_{slots}"] = row
+        print(f"{slots} slot(s):", json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(info, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
