@@ -42,6 +42,18 @@ OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
+// (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
+// which is half of why wmat_gemm's results are wmat_rows's bit for bit.
+OJ_DEV uint2 b_pair(const float* __restrict__ X, int ldx, int r, int e, int nrows) {
+    uint2 b = make_uint2(0u, 0u);
+    if (r < nrows) {
+        const float4 x = *(const float4*)(X + (size_t)r * ldx + e);
+        b = make_uint2(pack_h2(x.x, x.z), pack_h2(x.y, x.w));
+    }
+    return b;
+}
+
 // The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
 template <class Frag, int MT, int NT>
 OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
@@ -52,15 +64,9 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
         u32 b[NT][2];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const int r = 8 * n + gid;
-            if (r < nrows) {
-                const float4 x = *(const float4*)(X + (size_t)r * ldx + e);
-                b[n][0] = pack_h2(x.x, x.z);
-                b[n][1] = pack_h2(x.y, x.w);
-            } else {
-                b[n][0] = 0u;
-                b[n][1] = 0u;
-            }
+            const uint2 v = b_pair(X, ldx, 8 * n + gid, e, nrows);
+            b[n][0] = v.x;
+            b[n][1] = v.y;
         }
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
@@ -221,9 +227,28 @@ OJ_MM_ALL_NT(mm_f16, FragF16)
 // shared memory (A fragments, in the register kernel's fragment order) and converts 8/GM n-tiles
 // of activations (B fragments); then each warp runs its 2 x 4 tile of mma from shared memory.
 // So a weight is dequantized once per 64 rows and an activation converted once per 16*GM
-// features; the next super-block's raw weight blocks load during this one's work. Batch invariance: the super-blocks are visited in the register kernel's K split
-// (class w = sb mod MM_NW, each class summed from zero in order, the classes added in order),
-// so every output element is bit for bit what wmat_rows gives, at any row count.
+// features; the next super-block's raw weight blocks load during this one's work. Batch
+// invariance: the super-blocks are visited in the register kernel's K split (class w = sb mod
+// MM_NW, each class summed from zero in order, the classes added in order), so every output
+// element is bit for bit what wmat_rows gives, at any row count.
+using GemmTiles = float[2][4][4];  // a warp's 2 x 4 mma tiles of 4 accumulators
+OJ_DEV void tiles_zero(GemmTiles& a) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) a[i][j][q] = 0.0f;
+}
+OJ_DEV void tiles_add(GemmTiles& total, const GemmTiles& a) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) total[i][j][q] += a[i][j][q];
+}
+
 template <class Frag, int GM>
 OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
@@ -237,13 +262,8 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
     X += (size_t)rbase * ldx;
     Y += (size_t)rbase * ldy;
 
-    float total[2][4][4], acc[2][4][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) total[i][j][q] = 0.0f;
+    GemmTiles total, acc;
+    tiles_zero(total);
 
     const int nsb = W.cols >> 8;
     // Software pipeline over the (class, super-block) sequence: the next super-block's raw
@@ -256,16 +276,12 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
     };
     if (nsb > 0) load(fa, 0);
     for (int w = 0; w < MM_NW; ++w) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+        tiles_zero(acc);
         for (int sb = w; sb < nsb; sb += MM_NW) {
             // the next item: this class's next super-block, else the next class's first
-            const int sb_next = sb + MM_NW < nsb ? sb + MM_NW : w + 1;
-            if (sb_next < nsb && (sb + MM_NW < nsb || w + 1 < MM_NW)) load(fnext, sb_next);
+            const bool same_class = sb + MM_NW < nsb;
+            if (same_class || (w + 1 < MM_NW && w + 1 < nsb))
+                load(fnext, same_class ? sb + MM_NW : w + 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h].prep(t);
 #pragma unroll
@@ -281,15 +297,8 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
                 for (int q = 0; q < 8 / GM; ++q) {
                     const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
-                    for (int cc = 0; cc < 8; ++cc) {
-                        uint2 b = make_uint2(0u, 0u);
-                        if (r < nrows) {
-                            const int e = sb * 256 + Frag::e0(t, 8 * half + cc);
-                            const float4 x = *(const float4*)(X + (size_t)r * ldx + e);
-                            b = make_uint2(pack_h2(x.x, x.z), pack_h2(x.y, x.w));
-                        }
-                        Bs[n][cc][lane] = b;
-                    }
+                    for (int cc = 0; cc < 8; ++cc)
+                        Bs[n][cc][lane] = b_pair(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
                 }
                 __syncthreads();
 #pragma unroll
@@ -311,12 +320,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h] = fnext[h];
         }
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) total[i][j][q] += acc[i][j][q];
+        tiles_add(total, acc);
     }
 
 #pragma unroll
