@@ -127,6 +127,17 @@ OJ_DEV float multi_warp_sum(float (&x)[ATT_NV], int lane) {
     return x[0];
 }
 
+// Max (or sum) of a head's scores over the block's positions: the lanes holding them differ
+// only in the position bits of their value index (multi_warp_sum's layout).
+OJ_DEV float over_positions(float v, bool max) {
+#pragma unroll
+    for (int o = ATT_GP << ATT_VSHIFT; o < 32; o <<= 1) {
+        const float other = __shfl_xor_sync(0xffffffffu, v, o);
+        v = max ? fmaxf(v, other) : v + other;
+    }
+    return v;
+}
+
 // grid (T, ATT_HQ + ATT_HKV), block ATT_D.
 extern "C" __global__ void attn_prep(const float* qg, const float* kf, const float* vf, int ldp,
                                      const float* q_norm, const float* k_norm, float* q,
@@ -232,15 +243,10 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
             float sc = multi_warp_sum(x, lane);
             if (tau0 + my_j * ATT_WARPS > hi) sc = -OJ_INF;  // past the chunk's end
             // online softmax, one rescale per block: max and sum over the block's positions
-            float mx = sc;
-#pragma unroll
-            for (int o = ATT_GP << ATT_VSHIFT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            const float mn = fmaxf(m, mx), corr = __expf(m - mn);  // corr = 0 on the first block
+            const float mn = fmaxf(m, over_positions(sc, true));
+            const float corr = __expf(m - mn);  // 0 on the first block (m = -inf)
             const float p = __expf(sc - mn);
-            float ps = p;
-#pragma unroll
-            for (int o = ATT_GP << ATT_VSHIFT; o < 32; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-            l = l * corr + ps;
+            l = l * corr + over_positions(p, false);
             m = mn;
 #pragma unroll
             for (int g = 0; g < ATT_GROUP; ++g) {
