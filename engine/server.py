@@ -183,10 +183,8 @@ class Api:
                     streamed[event.kind] += event.text
                 chunks.append(maker.delta(event.to_delta()))
             produced += len(piece.tokens)
-            if options.timings_per_token and piece.tokens:
-                # a chunk for these tokens even when the parser holds their text back
-                chunks = chunks or [maker.delta({})]
-                chunks[-1]["timings"] = {"predicted_n": produced}
+            if options.timings_per_token and piece.tokens:  # also when the parser holds text back
+                chunks = _counted(chunks, maker.delta({}), produced)
             for chunk in chunks:
                 yield _data(chunk)
             if piece.finished is not None:
@@ -248,12 +246,11 @@ class Api:
             if piece.queued is not None:
                 yield ServerSentEvent(comment=f"queued: position {piece.queued}")
             produced += len(piece.tokens)
-            if options.timings_per_token and piece.tokens:
-                chunk = maker.delta({"content": piece.text})
-                chunk["timings"] = {"predicted_n": produced}
+            chunks = [maker.delta({"content": piece.text})] if piece.text else []
+            if options.timings_per_token and piece.tokens:  # also for a token without text
+                chunks = _counted(chunks, maker.delta({"content": ""}), produced)
+            for chunk in chunks:
                 yield _data(chunk)
-            elif piece.text:
-                yield _data(maker.delta({"content": piece.text}))
             if piece.finished is not None:
                 if piece.finished.reason == "error":
                     yield _data(_finish_error(piece.finished).body())
@@ -333,6 +330,14 @@ class Api:
 
     def _model(self, options: GenerationOptions) -> str:
         return options.model or self.served.name
+
+
+def _counted(chunks: list[dict[str, Any]], blank: dict[str, Any], produced: int) -> list[dict[str, Any]]:  # fmt: skip
+    """llama-server's timings_per_token: the last chunk of a piece (`blank` when the piece has
+    none) carries the count of tokens generated so far."""
+    chunks = chunks or [blank]
+    chunks[-1]["timings"] = {"predicted_n": produced}
+    return chunks
 
 
 def _reason(finished: Finished) -> str:
