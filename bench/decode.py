@@ -283,12 +283,9 @@ def product_classes(model: Any, rows: list[int]) -> list[dict[str, Any]]:
     for (name, gtype, n, k), mats in groups.items():
         for r in rows:
             seconds, nbytes = weight_pass(mats, r)
-            row = {
-                "name": name,
-                "type": weights.TYPE_NAMES.get(gtype, str(gtype)),
-                "count": len(mats),
-            }
-            row.update(rows=r, N=n, K=k, ms=seconds * 1e3, GBps=nbytes / seconds / 1e9)
+            kind = weights.TYPE_NAMES.get(gtype, str(gtype))
+            row = dict(name=name, type=kind, count=len(mats), rows=r, N=n, K=k)
+            row.update(ms=seconds * 1e3, GBps=nbytes / seconds / 1e9)
             out.append(row)
             print(
                 f"product {name:28s} {row['type']:5s} x{len(mats):2d} {n:6d}x{k:5d} rows={r:2d}: {seconds * 1e3:7.3f} ms  {row['GBps']:7.1f} GB/s",
