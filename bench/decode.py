@@ -153,6 +153,7 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     table = np.zeros(ws.page_table.shape, np.int32)
     table[:slots, :need] = np.arange(slots * need, dtype=np.int32).reshape(slots, need)
     ws.page_table.set(table)
+    backend.forget_page_table()  # the backend's next step must write its own tables again
     lay = Layout(T, slots, int(sampled.size), ws.t_save >= T)
 
     def launch() -> None:

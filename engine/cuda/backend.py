@@ -60,6 +60,7 @@ class CudaBackend:
         self.ws = Workspace(model, n_slots, kv_tokens, page_size, max_rows, MAX_SAMPLE_ROWS)
         self.fwd = Forward(model, self.ws, Ops(model.dims.kernel_dims(page_size)))
         self._lengths = [0] * n_slots
+        self._table = np.zeros(self.ws.page_table.shape, np.int32)  # what the device holds
         self._checkpoints: dict[int, tuple[Any, Any, int]] = {}
         self._next_checkpoint = 1
 
@@ -220,43 +221,46 @@ class CudaBackend:
         self._finish(group, seg, sample_rows, drawn, logits if debug else None, results)
 
     def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]]) -> None:  # fmt: skip
-        ws = self.ws
+        """The pass's metadata into the pinned host buffer, then one copy to the device; the
+        page table only where a slot's pages changed."""
+        ws, h = self.ws, self.ws.host
         T = len(tok)
-        for dst, vals in (
-            (ws.row_tok, tok),
-            (ws.row_pos, pos),
-            (ws.row_slot, rslot),
-            (ws.row_first, first),
-        ):
-            dst[:T].set(np.asarray(vals, np.int32))
-        full = np.zeros(ws.seg.shape, np.int32)
-        full[:, : seg.shape[1]] = seg
-        ws.seg.set(full)
-        table = np.zeros(ws.page_table.shape, np.int32)
-        for slot in range(self.n_slots):
-            pages = self._pool.pages(slot)
-            table[slot, : len(pages)] = pages
-        ws.page_table.set(table)
+        h.row_tok[:T], h.row_pos[:T], h.row_slot[:T], h.row_first[:T] = tok, pos, rslot, first
+        h.seg[:] = 0
+        h.seg[:, : seg.shape[1]] = seg
         M = len(sample_rows)
-        if not M:
-            return
-        contexts: list[list[int]] = []
-        windows: list[int] = []
-        for s, r, _row in sample_rows:
-            p = s.sampling
-            contexts.append([*s.penalty_context, *s.tokens[: r + 1]] if p.has_penalties else [])
-            windows.append(min(p.penalty_last_n, PENALTY_SLOTS))
-        fp, ip = sampling_rows(
-            [s.sampling for s, _, _ in sample_rows],
-            [s.start_pos + r + 1 for s, r, _ in sample_rows],
-        )
-        ws.sample_idx[:M].set(np.array([row for _, _, row in sample_rows], np.int32))
-        ws.fparams[:M].set(fp)
-        ws.iparams[:M].set(ip)
-        off, ptok, pcnt = penalty_lists(contexts, windows)
-        ws.pen_off[: M + 1].set(off)
-        ws.pen_tok[: ptok.size].set(ptok)
-        ws.pen_cnt[: pcnt.size].set(pcnt)
+        if M:
+            contexts: list[list[int]] = []
+            windows: list[int] = []
+            for s, r, _row in sample_rows:
+                p = s.sampling
+                contexts.append([*s.penalty_context, *s.tokens[: r + 1]] if p.has_penalties else [])
+                windows.append(min(p.penalty_last_n, PENALTY_SLOTS))
+            fp, ip = sampling_rows(
+                [s.sampling for s, _, _ in sample_rows],
+                [s.start_pos + r + 1 for s, r, _ in sample_rows],
+            )
+            h.sample_idx[:M] = [row for _, _, row in sample_rows]
+            h.fparams[:M], h.iparams[:M] = fp, ip
+            off, ptok, pcnt = penalty_lists(contexts, windows)
+            h.pen_off[: M + 1] = off
+            h.pen_tok[: ptok.size], h.pen_cnt[: pcnt.size] = ptok, pcnt
+        ws.upload_meta()
+        self._sync_page_table()
+
+    def forget_page_table(self) -> None:
+        """Something else wrote ws.page_table (a benchmark): copy every page list next step."""
+        self._table[:] = -1
+
+    def _sync_page_table(self) -> None:
+        """Copy to the device the page lists that differ from the copy uploaded before (a
+        decoding slot gains a page every page_size tokens; most steps copy nothing)."""
+        for slot in range(self.n_slots):
+            pages = np.asarray(self._pool.pages(slot), np.int32)
+            n = pages.size
+            if n and not np.array_equal(self._table[slot, :n], pages):
+                self._table[slot, :n] = pages
+                self.ws.page_table[slot, :n].set(pages)
 
     def _finish(self, group: list[tuple[SlotStep, int, int]], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], drawn: list[int], logits: np.ndarray | None, results: dict[int, SlotResult]) -> None:  # fmt: skip
         by_slot: dict[int, dict[int, int]] = {}

@@ -30,11 +30,41 @@ class Layout:
     saved: bool  # DeltaNet inputs kept per layer (T <= t_save) for a replay
 
 
+class _MetaHost:
+    """Host views of Workspace.meta_host, named like the device views (row_tok, ...)."""
+
+    row_tok: np.ndarray
+    row_pos: np.ndarray
+    row_slot: np.ndarray
+    row_first: np.ndarray
+    seg: np.ndarray
+    sample_idx: np.ndarray
+    fparams: np.ndarray
+    iparams: np.ndarray
+    pen_off: np.ndarray
+    pen_tok: np.ndarray
+    pen_cnt: np.ndarray
+
+
 class Workspace:
     """Every device buffer of the step (shapes in comments; E = n_embd, C = conv channels)."""
 
+    # views of `meta`, the per-step metadata (set in __init__)
+    row_tok: Any
+    row_pos: Any
+    row_slot: Any
+    row_first: Any
+    seg: Any
+    sample_idx: Any
+    fparams: Any
+    iparams: Any
+    pen_off: Any
+    pen_tok: Any
+    pen_cnt: Any
+
     def __init__(self, model: CudaModel, n_slots: int, kv_tokens: int, page_size: int, max_rows: int, max_sample: int, t_save: int = 64) -> None:  # fmt: skip
         import cupy as cp
+        import cupyx
 
         d = model.dims
         f32, i32 = cp.float32, cp.int32
@@ -66,18 +96,41 @@ class Workspace:
         self.vq = cp.zeros_like(self.kq)
         self.vd = cp.zeros_like(self.kd)
         self.page_table = cp.zeros((n_slots, -(-d.context_length // page_size)), i32)
-        # per-step metadata
-        self.row_tok, self.row_pos = cp.zeros(max_rows, i32), cp.zeros(max_rows, i32)
-        self.row_slot, self.row_first = cp.zeros(max_rows, i32), cp.zeros(max_rows, i32)
-        self.seg = cp.zeros((5, n_slots), i32)  # slot, start, rows, commit, keep
-        self.rseg = cp.zeros((5, n_slots), i32)  # the same for the replay
-        self.sample_idx = cp.zeros(max_sample, i32)
-        self.fparams = cp.zeros((max_sample, 8), f32)
-        self.iparams = cp.zeros((max_sample, 4), i32)
-        self.pen_off = cp.zeros(max_sample + 1, i32)
-        self.pen_tok = cp.zeros(max_sample * PENALTY_SLOTS, i32)
-        self.pen_cnt = cp.zeros(max_sample * PENALTY_SLOTS, i32)
+        self.rseg = cp.zeros((5, n_slots), i32)  # slot, start, rows, commit, keep: the replay's
         self.out_tok = cp.zeros(max_sample, i32)
+        # Per-step metadata: views of one device buffer written from one pinned host buffer
+        # of the same layout (`host`), so a step's metadata is a single copy.
+        fields = {
+            "row_tok": (max_rows,),
+            "row_pos": (max_rows,),
+            "row_slot": (max_rows,),
+            "row_first": (max_rows,),
+            "seg": (5, n_slots),  # slot, start, rows, commit, keep
+            "sample_idx": (max_sample,),
+            "fparams": (max_sample, 8),  # f32 (the buffer's bits)
+            "iparams": (max_sample, 4),
+            "pen_off": (max_sample + 1,),
+            "pen_tok": (max_sample * PENALTY_SLOTS,),
+            "pen_cnt": (max_sample * PENALTY_SLOTS,),
+        }
+        size = sum(int(np.prod(shape)) for shape in fields.values())
+        self.meta = cp.zeros(size, i32)
+        self.meta_host = cupyx.zeros_pinned(size, np.int32)
+        self.host = _MetaHost()
+        offset = 0
+        for name, shape in fields.items():
+            n = int(np.prod(shape))
+            dev, host = self.meta[offset : offset + n], self.meta_host[offset : offset + n]
+            if name == "fparams":
+                dev, host = dev.view(f32), host.view(np.float32)
+            setattr(self, name, dev.reshape(shape))
+            setattr(self.host, name, host.reshape(shape))
+            offset += n
+
+    def upload_meta(self) -> None:
+        """The host metadata buffer to the device (one asynchronous copy on the current stream:
+        the pinned buffer must not be rewritten before the step that reads it has run)."""
+        self.meta.set(self.meta_host)
 
     def pool(self, att_index: int) -> tuple[Any, Any, Any, Any]:
         return (self.kq[att_index], self.kd[att_index], self.vq[att_index], self.vd[att_index])
