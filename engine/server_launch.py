@@ -66,6 +66,7 @@ def load_backend(kind: str, options: LaunchOptions) -> Backend:
         return ReferenceBackend.from_gguf(options.model, **extra)
     from engine.cuda.backend import CudaBackend
 
+    extra["use_mtp"] = "mtp" in options.scheduler.speculation  # no MTP work when it drafts none
     backend: Backend = CudaBackend.from_gguf(options.model, **extra)
     return backend
 

@@ -6,8 +6,10 @@ and checks the drafts (sample and match: the emitted token is always the one dra
 so speculation keeps the distribution; greedy reproduces plain decoding exactly). Rollback: a
 decode group with drafts does not write its DeltaNet state during the pass; after verification
 the accepted rows are replayed from the untouched state (one launch over all layers), attention
-KV past the accepted rows is simply dropped from the page table. No MTP head: `drafts` stay
-empty (the scheduler may draft by prompt lookup).
+KV past the accepted rows is simply dropped from the page table. With an MTP head in the file,
+the head catches up on each pass's accepted rows and proposes the `n_draft` drafts a step asks
+for (engine/cuda/mtp.py); without one `drafts` stay empty (the scheduler may draft by prompt
+lookup).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from engine.cuda.forward import (
 )
 from engine.cuda.kernels import Ops
 from engine.cuda.model import CudaModel
+from engine.cuda.mtp import MtpDrafter, Span, Want
 from engine.state import PagedKVPool, PoolExhausted
 
 MAX_SAMPLE_ROWS = 64
@@ -47,21 +50,26 @@ MAX_SAMPLE_ROWS = 64
 class CudaBackend:
     kind = "megakernel"
 
-    def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int = 16384, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True) -> None:  # fmt: skip
+    def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int = 16384, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True, use_mtp: bool = True) -> None:  # fmt: skip
         if not 1 <= n_slots <= 8:
             raise BackendError(f"the CUDA backend runs 1..8 slots, not {n_slots}")
         self.model, self.tokenizer, self.chat_template = model, tokenizer, chat_template
         self.model_name, self.n_slots, self.max_rows = model_name, n_slots, max_rows
         self.n_vocab = model.dims.n_vocab
-        self.has_mtp = False
+        # the MTP head runs (catch-up on every pass, drafts when asked) if the file has one and
+        # the caller wants MTP drafts at all (`openjet serve --speculation off` does not)
+        self.has_mtp = model.mtp is not None and use_mtp
         self.use_graphs = use_graphs
         self._pool = PagedKVPool(kv_tokens, page_size)
         self.n_ctx = min(model.dims.context_length, self._pool.total_tokens)
         self.ws = Workspace(model, n_slots, kv_tokens, page_size, max_rows, MAX_SAMPLE_ROWS)
         self.fwd = Forward(model, self.ws, Ops(model.dims.kernel_dims(page_size)))
+        self._mtp = (
+            MtpDrafter(self.ws, self.fwd, self._pool, self._borrow) if self.has_mtp else None
+        )
         self._lengths = [0] * n_slots
         self._table = np.zeros(self.ws.page_table.shape, np.int32)  # what the device holds
-        self._checkpoints: dict[int, tuple[Any, Any, int]] = {}
+        self._checkpoints: dict[int, tuple[Any, Any, int, Any]] = {}  # rec, conv, length, MTP
         self._next_checkpoint = 1
 
     @classmethod
@@ -98,6 +106,8 @@ class CudaBackend:
         self._checked(slot)
         self.ws.rec[:, slot] = 0
         self.ws.conv[:, slot] = 0
+        if self._mtp:
+            self._mtp.reset(slot)
         self._lengths[slot] = 0
         self._pool.release(slot)
 
@@ -105,10 +115,12 @@ class CudaBackend:
         self._checked(slot)
         ident = self._next_checkpoint
         self._next_checkpoint += 1
+        pending = self.ws.mtp_pending[slot].copy() if self._mtp else None
         self._checkpoints[ident] = (
             self.ws.rec[:, slot].copy(),
             self.ws.conv[:, slot].copy(),
             self._lengths[slot],
+            pending,
         )
         self._pool.share(slot, ("ckpt", ident))
         return ident
@@ -117,9 +129,11 @@ class CudaBackend:
         self._checked(slot)
         if checkpoint not in self._checkpoints:
             raise BackendError(f"no checkpoint {checkpoint}")
-        rec, conv, length = self._checkpoints[checkpoint]
+        rec, conv, length, pending = self._checkpoints[checkpoint]
         self.ws.rec[:, slot] = rec
         self.ws.conv[:, slot] = conv
+        if pending is not None:
+            self.ws.mtp_pending[slot] = pending
         self._lengths[slot] = length
         self._pool.share(("ckpt", checkpoint), slot)
 
@@ -269,17 +283,23 @@ class CudaBackend:
             by_slot.setdefault(s.slot, {})[r] = drawn[j]
             rows_of.setdefault(s.slot, []).append(j)
         replay: list[tuple[int, SlotStep, int]] = []
-        for i, (s, _a, b) in enumerate(group):
+        spans: list[Span] = []  # the accepted rows, for the MTP head
+        wants: list[Want] = []  # the drafts asked for
+        saves: list[tuple[SlotResult, int, int]] = []  # checkpoints: (result, slot, length)
+        for i, (s, a, b) in enumerate(group):
             res = results[s.slot]
+            row = int(seg[1, i])
             if logits is not None and s.return_logits:
                 chunk = logits[rows_of[s.slot]]
                 res.logits = chunk if res.logits is None else np.concatenate([res.logits, chunk])
             if s.kind is RowKind.PREFILL:
                 self._lengths[s.slot] = s.start_pos + b
+                spans.append(Span(s.slot, row, s.start_pos + a, tuple(s.tokens[a:b])))
                 if b == s.n_rows and s.sample:
                     res.accepted = [by_slot[s.slot][b - 1]]
+                    wants.append(Want(s.slot, res.accepted[0], s.start_pos + b, s.n_draft))
                 if s.start_pos + b in s.checkpoints:
-                    res.checkpoints.append((s.start_pos + b, self.save_checkpoint(s.slot)))
+                    saves.append((res, s.slot, s.start_pos + b))
                 continue
             drawn_rows = by_slot[s.slot]
             kept = 0
@@ -288,10 +308,26 @@ class CudaBackend:
             res.accepted = [*s.drafts[:kept], drawn_rows[kept]]
             res.n_draft_accepted = kept
             self._lengths[s.slot] = s.start_pos + kept + 1
+            spans.append(Span(s.slot, row, s.start_pos, tuple(s.tokens[: kept + 1])))
+            wants.append(Want(s.slot, res.accepted[-1], s.start_pos + kept + 1, s.n_draft))
             if s.n_rows > 1:
-                replay.append((int(seg[1, i]), s, kept + 1))
+                replay.append((row, s, kept + 1))
         if replay:
             self._replay(replay)
+        if self._mtp:
+            self._mtp.catch_up(spans)  # before checkpoints: they keep the pending hidden
+        for res, slot, length in saves:
+            res.checkpoints.append((length, self.save_checkpoint(slot)))
+        if self._mtp:
+            lengths = {slot: self._lengths[slot] for slot in results}
+            for slot, drafts in self._mtp.drafts(wants, lengths, self.n_ctx).items():
+                results[slot].drafts = drafts
+
+    def _borrow(self, slot: int, length: int) -> None:
+        """The slot's pages cover `length` positions, on the device too (MTP drafts)."""
+        for copy in self._pool.extend(slot, length):
+            self.ws.copy_page(copy.src, copy.dst, copy.n_tokens, self._pool.page_size)
+        self._sync_page_table()
 
     def _replay(self, replay: list[tuple[int, SlotStep, int]]) -> None:
         """Commit the accepted rows of decode groups that ran with drafts (their state was left

@@ -69,7 +69,7 @@ class Workspace:
         d = model.dims
         f32, i32 = cp.float32, cp.int32
         n_dn = sum(d.recurrent)
-        n_att = len(d.recurrent) - n_dn
+        n_att = model.n_attention_slabs  # the trunk's attention layers (+ the MTP block's)
         C, P, PA, dv = d.conv_channels, d.dn_proj_width, d.att_proj_width, d.ssm_d_state
         self.t_save, self.max_rows, self.max_sample = min(t_save, max_rows), max_rows, max_sample
         self.x = cp.zeros((max_rows, d.n_embd), f32)  # residual stream
@@ -85,6 +85,10 @@ class Workspace:
         self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
         self.h = cp.zeros((max_rows, d.n_ff), f32)
         self.hs = cp.zeros((max_sample, d.n_embd), f32)  # sampled rows' normed hidden
+        if model.mtp is not None:  # the MTP head's input (engine/cuda/mtp.py)
+            self.mtp_pending = cp.zeros((n_slots, d.n_embd), f32)  # last trunk hidden per slot
+            self.mtp_hidden = cp.zeros((max_rows, d.n_embd), f32)  # a pass's hidden inputs
+            self.mtp_cat = cp.zeros((max_rows, 2 * d.n_embd), f32)  # enorm(e) | hnorm(h)
         self.logits = cp.zeros((max_sample, d.n_vocab), f32)
         # sequence state: [layer][slot]...
         self.rec = cp.zeros((max(n_dn, 1), n_slots, d.ssm_n_v_heads, dv, dv), f32)
@@ -163,12 +167,39 @@ class Forward:
                 self._deltanet(layer, T, S, lay.saved)
             else:
                 self._attention(layer, T)
-            ops.rmsnorm(x, layer.post_norm, a, d.rms_eps)
-            for p in layer.ffn_in:
-                kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows])
-            ops.swiglu(ws.gu[:T], ws.h[:T])
-            kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True)
+            self._ffn(layer, T)
         ops.rmsnorm(x, m.output_norm, a, d.rms_eps)
+
+    def _ffn(self, layer: Any, T: int) -> None:
+        """x += FFN(post_norm(x)) over the first T rows."""
+        ws, ops, d = self.ws, self.ops, self.m.dims
+        x, a = ws.x[:T], ws.a[:T]
+        ops.rmsnorm(x, layer.post_norm, a, d.rms_eps)
+        for p in layer.ffn_in:
+            kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows])
+        ops.swiglu(ws.gu[:T], ws.h[:T])
+        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True)
+
+    def mtp_block(self, T: int, M: int) -> None:
+        """The MTP head over T rows (tokens, positions and slots in ws.row_*, hidden inputs in
+        ws.mtp_hidden): its KV rows written, its normed output in ws.a, and the logits of the M
+        rows ws.sample_idx names in ws.logits. Plain launches (no graph): engine/cuda/mtp.py
+        runs it after the host knows which rows were accepted."""
+        m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
+        head = m.mtp
+        assert head is not None, "the model has no MTP head"
+        E, x, cat = d.n_embd, ws.x[:T], ws.mtp_cat[:T]
+        kernels.embed(head.embed, ws.row_tok[:T], x)
+        ops.rmsnorm(x, head.enorm, cat[:, :E], d.rms_eps)
+        ops.rmsnorm(ws.mtp_hidden[:T], head.hnorm, cat[:, E:], d.rms_eps)
+        kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
+        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps)
+        self._attention(head.block, T)
+        self._ffn(head.block, T)
+        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps)
+        if M:
+            ops.gather(ws.a, ws.sample_idx[:M], ws.hs[:M])
+            kernels.matmul(head.head, ws.hs[:M], ws.logits[:M])
 
     def _deltanet(self, layer: Any, T: int, S: int, saved: bool) -> None:
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims

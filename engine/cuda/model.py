@@ -3,7 +3,8 @@
 Products that read the same input and share a weight type are fused into one matrix (their rows
 concatenated), so a DeltaNet layer's qkv | z | beta | alpha, an attention layer's q | k | v and
 the FFN's gate | up are one or a few launches; each fused product writes its columns of one
-projection buffer (`Proj.offset`). The MTP head is not loaded (this backend drafts nothing).
+projection buffer (`Proj.offset`). The MTP head (the first block after the trunk, spec 6) is
+loaded when the file has one (`CudaModel.mtp`); engine/cuda/mtp.py runs it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Dims:
     ssm_n_v_heads: int
     recurrent: tuple[bool, ...]
     context_length: int
+    n_nextn: int  # MTP blocks after the trunk (the backend runs the first)
     attention_scale: float
 
     @classmethod
@@ -96,6 +98,20 @@ class Layer:
 
 
 @dataclass
+class MtpHead:
+    """The MTP block: u = eh_proj(concat(enorm(embed(token)), hnorm(hidden))), a full-attention
+    block on u with its own KV slab, then head_norm and the LM head (spec 6.1)."""
+
+    block: Layer
+    eh_proj: GpuWeight  # [E][2E]
+    enorm: Any  # f32 [E]
+    hnorm: Any
+    head_norm: Any  # nextn.shared_head_norm, else output_norm
+    embed: GpuWeight  # nextn.embed_tokens, else token_embd
+    head: GpuWeight  # nextn.shared_head_head, else output
+
+
+@dataclass
 class CudaModel:
     dims: Dims
     token_embd: GpuWeight
@@ -105,7 +121,13 @@ class CudaModel:
     ssm_a: Any  # f32 [n_dn][Hv]
     dt_bias: Any  # f32 [n_dn][Hv]
     ssm_norm: Any  # f32 [n_dn][Dv]
+    mtp: MtpHead | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_attention_slabs(self) -> int:
+        """KV slabs of the pool: the trunk's attention layers, and the MTP block's if loaded."""
+        return sum(1 for lay in self.layers if not lay.recurrent) + (1 if self.mtp else 0)
 
     @property
     def weight_bytes(self) -> int:
@@ -148,7 +170,56 @@ def _vector(fetch_vec: Callable[[str], np.ndarray], name: str) -> Any:
     return cp.asarray(np.ascontiguousarray(fetch_vec(name), dtype=np.float32))
 
 
-def build_model(dims: Dims, fetch: Fetch, fetch_vec: Callable[[str], np.ndarray]) -> CudaModel:
+def _attention_layer(
+    fetch: Fetch, fetch_vec: Callable[[str], np.ndarray], b: str, att_index: int, common: Any
+) -> Layer:
+    names = [b + n for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight")]
+    return Layer(
+        False,
+        mixer_in=_fused(fetch, names),
+        mixer_out=_fused(fetch, [b + "attn_output.weight"])[0].weight,
+        q_norm=_vector(fetch_vec, b + "attn_q_norm.weight"),
+        k_norm=_vector(fetch_vec, b + "attn_k_norm.weight"),
+        att_index=att_index,
+        **common,
+    )
+
+
+def _common(fetch: Fetch, fetch_vec: Callable[[str], np.ndarray], b: str) -> dict[str, Any]:
+    """What every block has: its two norms and the FFN."""
+    return dict(
+        attn_norm=_vector(fetch_vec, b + "attn_norm.weight"),
+        post_norm=_vector(fetch_vec, b + "post_attention_norm.weight"),
+        ffn_in=_fused(fetch, [b + "ffn_gate.weight", b + "ffn_up.weight"]),
+        ffn_down=_fused(fetch, [b + "ffn_down.weight"])[0].weight,
+    )
+
+
+def _mtp_head(dims: Dims, fetch: Fetch, fetch_vec: Callable[[str], np.ndarray], n_att: int, shared: tuple[GpuWeight, Any, GpuWeight]) -> MtpHead | None:  # fmt: skip
+    """The first MTP block, or None when the file has none."""
+    if dims.n_nextn < 1:
+        return None
+    b = f"blk.{len(dims.recurrent)}."
+    embed, output_norm, output = shared
+
+    def optional(name: str, fallback: Any, vector: bool = False) -> Any:
+        try:
+            return _vector(fetch_vec, name) if vector else _fused(fetch, [name])[0].weight
+        except KeyError:
+            return fallback
+
+    return MtpHead(
+        block=_attention_layer(fetch, fetch_vec, b, n_att, _common(fetch, fetch_vec, b)),
+        eh_proj=_fused(fetch, [b + "nextn.eh_proj.weight"])[0].weight,
+        enorm=_vector(fetch_vec, b + "nextn.enorm.weight"),
+        hnorm=_vector(fetch_vec, b + "nextn.hnorm.weight"),
+        head_norm=optional(b + "nextn.shared_head_norm.weight", output_norm, vector=True),
+        embed=optional(b + "nextn.embed_tokens.weight", embed),
+        head=optional(b + "nextn.shared_head_head.weight", output),
+    )
+
+
+def build_model(dims: Dims, fetch: Fetch, fetch_vec: Callable[[str], np.ndarray], mtp: bool = True) -> CudaModel:  # fmt: skip
     import cupy as cp
 
     layers: list[Layer] = []
@@ -157,8 +228,7 @@ def build_model(dims: Dims, fetch: Fetch, fetch_vec: Callable[[str], np.ndarray]
     ssm_norm: list[np.ndarray] = []
     for i, rec in enumerate(dims.recurrent):
         b = f"blk.{i}."
-        ffn_in = _fused(fetch, [b + "ffn_gate.weight", b + "ffn_up.weight"])
-        common = dict(attn_norm=_vector(fetch_vec, b + "attn_norm.weight"), post_norm=_vector(fetch_vec, b + "post_attention_norm.weight"), ffn_in=ffn_in, ffn_down=_fused(fetch, [b + "ffn_down.weight"])[0].weight)  # fmt: skip
+        common = _common(fetch, fetch_vec, b)
         if rec:
             names = [
                 b + n
@@ -182,31 +252,28 @@ def build_model(dims: Dims, fetch: Fetch, fetch_vec: Callable[[str], np.ndarray]
             dt_bias.append(fetch_vec(b + "ssm_dt.bias"))
             ssm_norm.append(fetch_vec(b + "ssm_norm.weight"))
         else:
-            names = [b + n for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight")]
             n_att = sum(1 for lay in layers if not lay.recurrent)
-            layer = Layer(
-                False,
-                mixer_in=_fused(fetch, names),
-                mixer_out=_fused(fetch, [b + "attn_output.weight"])[0].weight,
-                q_norm=_vector(fetch_vec, b + "attn_q_norm.weight"),
-                k_norm=_vector(fetch_vec, b + "attn_k_norm.weight"),
-                att_index=n_att,
-                **common,
-            )
+            layer = _attention_layer(fetch, fetch_vec, b, n_att, common)
         layers.append(layer)
 
     def stack(vs: list[np.ndarray]) -> Any:
         return cp.asarray(np.stack(vs).astype(np.float32)) if vs else cp.zeros((1, 1), cp.float32)
 
+    token_embd = _fused(fetch, ["token_embd.weight"])[0].weight
+    output_norm = _vector(fetch_vec, "output_norm.weight")
+    output = _fused(fetch, ["output.weight"])[0].weight
+    n_att = sum(1 for lay in layers if not lay.recurrent)
+    shared = (token_embd, output_norm, output)
     return CudaModel(
         dims=dims,
-        token_embd=_fused(fetch, ["token_embd.weight"])[0].weight,
-        output_norm=_vector(fetch_vec, "output_norm.weight"),
-        output=_fused(fetch, ["output.weight"])[0].weight,
+        token_embd=token_embd,
+        output_norm=output_norm,
+        output=output,
         layers=layers,
         ssm_a=stack(ssm_a),
         dt_bias=stack(dt_bias),
         ssm_norm=stack(ssm_norm),
+        mtp=_mtp_head(dims, fetch, fetch_vec, n_att, shared) if mtp else None,
     )
 
 
@@ -224,7 +291,7 @@ def from_gguf(gguf: Any) -> CudaModel:
     return build_model(Dims.of(gguf.config), fetch, fetch_vec)
 
 
-def random_model(preset: str = "27b", quant: str = "q4_k_m", seed: int = 0) -> CudaModel:
+def random_model(preset: str = "27b", quant: str = "q4_k_m", seed: int = 0, mtp: bool = False) -> CudaModel:  # fmt: skip
     """Random weights of a synthetic preset made on the GPU (weights of random blocks, norms
     near 1, decays in range): the full 27B shape without a file."""
     from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type
@@ -247,4 +314,4 @@ def random_model(preset: str = "27b", quant: str = "q4_k_m", seed: int = 0) -> C
             return (rng.standard_normal(n) * 0.3).astype(np.float32)
         return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    return build_model(Dims.of(p), fetch, fetch_vec)
+    return build_model(Dims.of(p), fetch, fetch_vec, mtp)
