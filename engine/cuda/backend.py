@@ -40,6 +40,7 @@ from engine.cuda.forward import (
     sampling_rows,
 )
 from engine.cuda.kernels import Ops
+from engine.cuda.memory import kv_bytes_per_token, kv_tokens_that_fit
 from engine.cuda.model import CudaModel
 from engine.cuda.mtp import MtpDrafter, Span, Want
 from engine.state import PagedKVPool, PoolExhausted
@@ -50,7 +51,7 @@ MAX_SAMPLE_ROWS = 64
 class CudaBackend:
     kind = "megakernel"
 
-    def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int = 16384, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True, use_mtp: bool = True) -> None:  # fmt: skip
+    def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int | None = None, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True, use_mtp: bool = True) -> None:  # fmt: skip
         if not 1 <= n_slots <= 8:
             raise BackendError(f"the CUDA backend runs 1..8 slots, not {n_slots}")
         self.model, self.tokenizer, self.chat_template = model, tokenizer, chat_template
@@ -60,6 +61,8 @@ class CudaBackend:
         # the caller wants MTP drafts at all (`openjet serve --speculation off` does not)
         self.has_mtp = model.mtp is not None and use_mtp
         self.use_graphs = use_graphs
+        if kv_tokens is None:
+            kv_tokens = self._tokens_that_fit(model, n_slots, page_size, max_rows)
         self._pool = PagedKVPool(kv_tokens, page_size)
         self.n_ctx = min(model.dims.context_length, self._pool.total_tokens)
         self.ws = Workspace(model, n_slots, kv_tokens, page_size, max_rows, MAX_SAMPLE_ROWS)
@@ -71,6 +74,18 @@ class CudaBackend:
         self._table = np.zeros(self.ws.page_table.shape, np.int32)  # what the device holds
         self._checkpoints: dict[int, tuple[Any, Any, int, Any]] = {}  # rec, conv, length, MTP
         self._next_checkpoint = 1
+
+    @staticmethod
+    def _tokens_that_fit(model: CudaModel, n_slots: int, page_size: int, max_rows: int) -> int:
+        """The KV pool's default size: what the memory left after the weights and the step's
+        buffers holds (measured with every buffer but the pool allocated)."""
+        import cupy as cp
+
+        probe = Workspace(model, n_slots, page_size, page_size, max_rows, MAX_SAMPLE_ROWS)
+        free = int(cp.cuda.runtime.memGetInfo()[0])
+        del probe  # its blocks stay in CuPy's pool for the real workspace
+        per_token = kv_bytes_per_token(model.dims, model.n_attention_slabs)
+        return kv_tokens_that_fit(free, per_token, n_slots * model.dims.context_length)
 
     @classmethod
     def from_gguf(cls, path: str | Path, **options: Any) -> CudaBackend:
