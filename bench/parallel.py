@@ -116,7 +116,9 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--kv-tokens", type=int, required=True)
     parser.add_argument("--forced-drafts", type=int, default=3)
     args = parser.parse_args(argv)
-    scheduler = SchedulerConfig(speculation="mtp", n_draft=args.forced_drafts, force_accept=True)
+    # FilledDrafts proposes (below); "lookup" keeps the backend's MTP head off, so the
+    # speculation-off figures do not pay for a head nobody asks
+    scheduler = SchedulerConfig(speculation="lookup", n_draft=args.forced_drafts, force_accept=True)
     options = LaunchOptions(
         model=args.model,
         backend=args.backend,
