@@ -233,9 +233,9 @@ VARIANTS: list[dict[str, Any]] = [
 # changes the sum order)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
+    {"load_hint": 256},
     {"min_blocks1": 4},
-    {"mt1": 2, "min_blocks1": 2},
-    {"nw": 2, "min_blocks1": 6},
+    {"load_hint": 256, "min_blocks1": 4},
 ]
 
 
@@ -352,7 +352,10 @@ def main() -> int:
             flush=True,
         )
         if args.row_variants:
-            info["row_variants"] = matmul_variants(model, [1, 2, 4, 8], floor, ROW_VARIANTS)
+            info["row_variants"] = matmul_variants(model, [1, 4, 8, 12, 16], floor, ROW_VARIANTS)
+            if args.json:
+                args.json.write_text(json.dumps(info, indent=2))
+            return 0
         if args.variants:
             info["variants"] = matmul_variants(model, [33, 64, 128, 256, 512], floor, VARIANTS)
             if args.json:

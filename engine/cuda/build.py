@@ -139,7 +139,7 @@ class MatmulConfig:
     nw: int = 4  # warps per CTA
     min_blocks: int = 2  # launch-bounds occupancy hint (caps registers)
     mt1: int = 1
-    min_blocks1: int = 3
+    min_blocks1: int = 4
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)

@@ -10,7 +10,8 @@
 // the end, so a row's result does not depend on how many other rows share the launch (batch
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
 // (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
-// cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows: the loop is bound by
+// cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2 prefetches of
+// the blocks 2-8 super-blocks ahead 1-10 % slower: the loop is bound by
 // instruction issue, not by bytes in flight; bench/NOTES.md.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
@@ -31,7 +32,7 @@
 #define MM_MT1 1  // the same two for the single-row (NT = 1) kernels
 #endif
 #ifndef MM_MINB1
-#define MM_MINB1 3
+#define MM_MINB1 4
 #endif
 
 OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
@@ -207,7 +208,8 @@ extern "C" __global__ void __launch_bounds__(128)
     }
 
 // Tilings chosen by bench/decode.py's sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
-// and 3 CTAs/SM for single-row products, two tiles per warp (B fragments shared) above that.
+// and 4 CTAs/SM for single-row products (with the tile-major weights; 3 with row-major ones),
+// two tiles per warp (B fragments shared) above that.
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
 #define OJ_MM_ALL_NT(PREFIX, FRAG)               \

@@ -1,14 +1,16 @@
 // Weight formats as the GPU holds them, and per-format device functions that turn one
 // 256-element super-block of one weight row into mma A-fragments (f16x2 registers).
 //
-// GPU layouts (made by engine/cuda/weights.py from the GGUF blocks):
-//   Q4_K  p0: blocks [rows][K/256] x 144 B  (native GGUF layout; 16-byte aligned)
-//   Q5_K  p0: blocks [rows][K/256] x 176 B  (native)
-//   Q6_K  p0: ql [rows][K/256][128] u8, p1: qh [rows][K/256][64] u8,
-//         p2: scales [rows][K/256][16] i8, p3: d [rows][K/256] f16   (planes: 210-byte blocks
-//         are only 2-byte aligned, planes allow 8/16-byte loads)
-//   Q8_0  p0: qs [rows][K] i8, p1: d [rows][K/32] f16                (planes, same reason)
-//   F16   p0: [rows][K] f16;   F32 p0: [rows][K] f32 (BF16 is widened to F32 at upload)
+// GPU layouts (made by engine/cuda/weights.py from the GGUF blocks). A unit is one row's 256
+// elements of one super-block; units are in tile-major order U = [rows/16][K/256][16] (rows
+// padded to a multiple of 16; `unit_index` below), each unit in GGUF's block encoding:
+//   Q4_K  p0: [U] x 144 B  (one GGUF block; 16-byte aligned)
+//   Q5_K  p0: [U] x 176 B
+//   Q6_K  p0: ql [U][128] u8, p1: qh [U][64] u8, p2: scales [U][16] i8, p3: d [U] f16
+//         (planes: 210-byte blocks are only 2-byte aligned, planes allow 8/16-byte loads)
+//   Q8_0  p0: qs [U][256] i8, p1: d [U][8] f16  (planes, same reason)
+//   F16   p0: [U][256] f16
+//   F32   p0: [rows][K] f32, row-major (BF16 is widened to F32 at upload)
 //
 // Fragment mapping. mma.m16n8k16 sums over k inside a 16-wide chunk; any permutation of the k
 // positions is fine as long as A (weights) and B (activations) agree. Thread t (= lane & 3)
@@ -27,6 +29,15 @@ struct WDesc {
     int rows;      // N (output features)
     int cols;      // K (input features), a multiple of 256
 };
+
+// Tile-major order of the 256-element units (one super-block of one row) of every format but
+// F32: the 16 rows of a tile are adjacent for each super-block, so a warp's loads of one
+// super-block fall in one contiguous span (bench/weight_access.py: the row kernels' pattern
+// reads 4.0 TB/s so against 3.1-3.3 from the GGUF's row-major order at 3 CTAs per SM). The
+// row count is padded to a multiple of 16 on the GPU.
+OJ_DEV size_t unit_index(const WDesc& W, int row, int sb) {
+    return ((size_t)(row >> 4) * (W.cols >> 8) + sb) * 16 + (row & 15);
+}
 
 // f16x2 constants (both halves equal)
 #define H2_1024 0x64006400u       // 1024: OR-ed onto up to 10 low bits b it gives 1024 + b
@@ -105,7 +116,7 @@ struct FragQ4K {
         return 64 * G + 32 * h + 16 * (t & 1) + 4 * (w & 3);
     }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
-        const u8* blk = W.p0 + ((size_t)row * (W.cols >> 8) + sb) * 144;
+        const u8* blk = W.p0 + unit_index(W, row, sb) * 144;
         hdr = *(const uint4*)blk;
         q0 = *(const uint4*)(blk + 16 + 16 * t);
         q1 = *(const uint4*)(blk + 80 + 16 * t);
@@ -133,7 +144,7 @@ struct FragQ5K {
     int t_;
     OJ_DEV static int e0(int t, int c) { return FragQ4K::e0(t, c); }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
-        const u8* blk = W.p0 + ((size_t)row * (W.cols >> 8) + sb) * 176;
+        const u8* blk = W.p0 + unit_index(W, row, sb) * 176;
         hdr = *(const uint4*)blk;
         qh = *(const uint4*)(blk + 16 + 16 * (t & 1));
         q0 = *(const uint4*)(blk + 48 + 16 * t);
@@ -164,7 +175,7 @@ struct FragQ6K {
         return 128 * n + 32 * q + 8 * t + 4 * j;
     }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
-        const size_t b = (size_t)row * (W.cols >> 8) + sb;
+        const size_t b = unit_index(W, row, sb);
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -216,10 +227,11 @@ struct FragQ8_0 {
     u32 dsp[2];
     OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
-        const u8* q = W.p0 + (size_t)row * W.cols + sb * 256 + 64 * t;
+        const size_t u = unit_index(W, row, sb);
+        const u8* q = W.p0 + u * 256 + 64 * t;
 #pragma unroll
         for (int i = 0; i < 4; ++i) qv[i] = *(const uint4*)(q + 16 * i);
-        dpair = *(const u32*)(W.p1 + ((size_t)row * (W.cols >> 5) + sb * 8 + 2 * t) * 2);
+        dpair = *(const u32*)(W.p1 + (u * 8 + 2 * t) * 2);
     }
     OJ_DEV void prep(int) {
         dsp[0] = (dpair & 0xFFFFu) | (dpair << 16);
@@ -239,7 +251,7 @@ struct FragF16 {
     const u8* base;
     OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
-        base = W.p0 + ((size_t)row * W.cols + sb * 256 + 64 * t) * 2;
+        base = W.p0 + (unit_index(W, row, sb) * 256 + 64 * t) * 2;
     }
     OJ_DEV void prep(int) {}
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
@@ -252,10 +264,11 @@ struct FragF16 {
 // ---------------------------------------------------------------------------------------------
 // One weight element, scalar (embedding rows, tests). k < W.cols.
 OJ_DEV float wget(const WDesc& W, int type, int row, int k) {
-    const int nb = W.cols >> 8, sb = k >> 8, e = k & 255;
+    const int sb = k >> 8, e = k & 255;
+    const size_t u = unit_index(W, row, sb);
     if (type == GGML_Q4_K || type == GGML_Q5_K) {
         const int bs = type == GGML_Q4_K ? 144 : 176, qs_off = type == GGML_Q4_K ? 16 : 48;
-        const u8* blk = W.p0 + ((size_t)row * nb + sb) * bs;
+        const u8* blk = W.p0 + u * bs;
         const uint4 hdr = *(const uint4*)blk;
         const int G = e >> 6, h = (e >> 5) & 1, l = e & 31;
         const u32 byte = blk[qs_off + 32 * G + l];
@@ -266,18 +279,17 @@ OJ_DEV float wget(const WDesc& W, int type, int row, int k) {
         return h2f((u16)(hdr.x & 0xFFFFu)) * sc * (float)q - h2f((u16)(hdr.x >> 16)) * mn;
     }
     if (type == GGML_Q6_K) {
-        const size_t b = (size_t)row * nb + sb;
         const int n = e >> 7, q = (e >> 5) & 3, l = e & 31;
-        const u32 lb = W.p0[b * 128 + 64 * n + 32 * (q & 1) + l];
-        const u32 hb = W.p1[b * 64 + 32 * n + l];
+        const u32 lb = W.p0[u * 128 + 64 * n + 32 * (q & 1) + l];
+        const u32 hb = W.p1[u * 64 + 32 * n + l];
         const int code = (int)(((q >> 1) ? lb >> 4 : lb & 15u) | (((hb >> (2 * q)) & 3u) << 4)) - 32;
-        const float d = h2f(*(const u16*)(W.p3 + b * 2));
-        return d * (float)((const i8*)W.p2)[b * 16 + (e >> 4)] * (float)code;
+        const float d = h2f(*(const u16*)(W.p3 + u * 2));
+        return d * (float)((const i8*)W.p2)[u * 16 + (e >> 4)] * (float)code;
     }
     if (type == GGML_Q8_0) {
-        const size_t i = (size_t)row * W.cols + k;
+        const size_t i = u * 256 + e;
         return h2f(((const u16*)W.p1)[i >> 5]) * (float)((const i8*)W.p0)[i];
     }
-    if (type == GGML_F16) return h2f(((const u16*)W.p0)[(size_t)row * W.cols + k]);
+    if (type == GGML_F16) return h2f(((const u16*)W.p0)[u * 256 + e]);
     return ((const float*)W.p0)[(size_t)row * W.cols + k];
 }

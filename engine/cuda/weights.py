@@ -1,7 +1,8 @@
 """Weights on the GPU in the layouts the kernels read (engine/cuda/quant.cuh documents them):
-GGUF quant blocks are uploaded and, where a block is not 16-byte aligned (Q6_K 210 B, Q8_0 34 B),
-split into planes on the device. Also makes random weights directly on the GPU (benchmarks of the
-full 27B shape need no file).
+GGUF quant blocks are uploaded, put in tile-major order (each 16-row tile's blocks of one
+super-block adjacent: the product kernels' loads become contiguous) and, where a block is not
+16-byte aligned (Q6_K 210 B, Q8_0 34 B), split into planes on the device. Also makes random
+weights directly on the GPU (benchmarks of the full 27B shape need no file).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 F32, F16, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 8, 12, 13, 14, 30
+TILE_ROWS = 16  # rows of a tile in the tile-major order (quant.cuh's unit_index)
 BLOCK_BYTES = {Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210), Q8_0: (32, 34),
                F16: (1, 2), F32: (1, 4), BF16: (1, 2)}  # fmt: skip
 TYPE_NAMES = {F32: "f32", F16: "f16", Q8_0: "q8_0", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k"}
@@ -61,6 +63,12 @@ def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int)
         raise WeightFormatError(
             f"{name}: {raw.size} bytes, expected {tensor_bytes(ggml_type, rows, cols)}"
         )
+    if ggml_type in (F32, BF16):
+        if ggml_type == F32:
+            return GpuWeight(name, F32, rows, cols, (cp.ascontiguousarray(raw),))
+        wide = (raw.view(cp.uint16).astype(cp.uint32) << 16).view(cp.float32)
+        return GpuWeight(name, F32, rows, cols, (wide.view(cp.uint8),))
+    raw = tile_major(raw, ggml_type, rows, cols)
     if ggml_type == Q6_K:
         blocks = raw.reshape(-1, 210)
         planes = tuple(
@@ -72,10 +80,29 @@ def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int)
         blocks = raw.reshape(-1, 34)
         qs, d = cp.ascontiguousarray(blocks[:, 2:]), cp.ascontiguousarray(blocks[:, :2])
         return GpuWeight(name, Q8_0, rows, cols, (qs, d))
-    if ggml_type == BF16:
-        wide = (raw.view(cp.uint16).astype(cp.uint32) << 16).view(cp.float32)
-        return GpuWeight(name, F32, rows, cols, (wide.view(cp.uint8),))
-    return GpuWeight(name, ggml_type, rows, cols, (cp.ascontiguousarray(raw),))
+    return GpuWeight(name, ggml_type, rows, cols, (raw,))
+
+
+def tile_major(raw: Any, ggml_type: int, rows: int, cols: int) -> Any:
+    """GGUF's row-major bytes as units (one row's 256 elements) in the order [rows/16][K/256][16],
+    rows padded with zero bytes to a multiple of 16. Works on numpy and cupy arrays alike."""
+    per, nbytes = BLOCK_BYTES[ggml_type]
+    unit = 256 // per * nbytes  # bytes of one row's super-block
+    nsb, padded = cols // 256, -(-rows // TILE_ROWS) * TILE_ROWS
+    units = raw.reshape(rows, nsb, unit)
+    if padded != rows:
+        xp = _array_module(raw)
+        units = xp.concatenate([units, xp.zeros((padded - rows, nsb, unit), raw.dtype)])
+    tiles = units.reshape(padded // TILE_ROWS, TILE_ROWS, nsb, unit).transpose(0, 2, 1, 3)
+    return _array_module(raw).ascontiguousarray(tiles).reshape(-1)
+
+
+def _array_module(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
 
 
 def upload(name: str, raw: np.ndarray, ggml_type: int, rows: int, cols: int) -> GpuWeight:

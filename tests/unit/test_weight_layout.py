@@ -1,0 +1,41 @@
+"""The CUDA weight layout made on the CPU: engine/cuda/weights.tile_major puts every unit (one
+row's 256 elements) where quant.cuh's unit_index looks for it, and pads the rows with zeros."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cuda import weights
+
+
+def unit_index(rows_cols: tuple[int, int], row: int, sb: int) -> int:
+    """quant.cuh's unit_index, in Python."""
+    _, cols = rows_cols
+    return ((row >> 4) * (cols >> 8) + sb) * 16 + (row & 15)
+
+
+@pytest.mark.parametrize(
+    "ggml_type", [weights.Q4_K, weights.Q5_K, weights.Q6_K, weights.Q8_0, weights.F16]
+)
+@pytest.mark.parametrize("rows", [16, 37, 48])
+def test_units_land_at_unit_index(ggml_type: int, rows: int) -> None:
+    cols = 768
+    raw = weights.random_block_bytes(ggml_type, rows, cols, seed=rows, xp=np)
+    per, nbytes = weights.BLOCK_BYTES[ggml_type]
+    unit = 256 // per * nbytes
+    out = weights.tile_major(raw, ggml_type, rows, cols)
+    padded = -(-rows // 16) * 16
+    assert out.shape == (padded * (cols // 256) * unit,)
+    units = out.reshape(-1, unit)
+    original = raw.reshape(rows, cols // 256, unit)
+    for row in range(padded):
+        for sb in range(cols // 256):
+            got = units[unit_index((rows, cols), row, sb)]
+            want = original[row, sb] if row < rows else np.zeros(unit, np.uint8)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_rejects_a_row_length_that_is_not_whole_super_blocks() -> None:
+    with pytest.raises(weights.WeightFormatError):
+        weights.check_shape("odd", weights.Q8_0, 4, 96)
