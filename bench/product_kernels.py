@@ -1,0 +1,44 @@
+"""Launch a few weight products of the 27B shape once each, for a profiler to read their
+hardware counters (the device has Nsight Compute):
+
+  ncu --clock-control none -k regex:mm_ --section SpeedOfLight --section WarpStateStats \
+      python3 bench/product_kernels.py
+
+Products: ffn_gate+up (Q4_K, 34816 x 5120), ffn_down (Q6_K, 5120 x 17408) and ssm_out (Q4_K,
+5120 x 6144), each at 1, 4 and 12 activation rows (random weights made on the GPU).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.cuda import kernels, weights  # noqa: E402
+
+PRODUCTS = [
+    ("ffn_gate+up", weights.Q4_K, 34816, 5120),
+    ("ffn_down", weights.Q6_K, 5120, 17408),
+    ("ssm_out", weights.Q4_K, 5120, 6144),
+]
+
+
+def main() -> int:
+    import cupy as cp
+
+    for name, gtype, rows, cols in PRODUCTS:
+        w = weights.random_weight(name, gtype, rows, cols, seed=rows)
+        for n_rows in (1, 4, 12):
+            x = cp.random.default_rng(n_rows).standard_normal((n_rows, cols), dtype=cp.float32)
+            y = cp.empty((n_rows, rows), dtype=cp.float32)
+            kernels.matmul(w, x, y)  # compile and warm up (ncu -k regex:mm_ sees both launches)
+            kernels.matmul(w, x, y)
+            cp.cuda.Device().synchronize()
+            print(f"{name} {rows}x{cols} rows={n_rows}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
