@@ -143,8 +143,6 @@ class MatmulConfig:
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
-    narrow_rows: int = 8192  # products of at most this many features: one m-tile per warp
-    min_blocks_narrow: int = 3
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -153,22 +151,18 @@ class MatmulConfig:
             f"-DMM_MINB={self.min_blocks}",
             f"-DMM_MT1={self.mt1}",
             f"-DMM_MINB1={self.min_blocks1}",
-            f"-DMM_MINBN={self.min_blocks_narrow}",
         )
 
-    def row_tile(self, ggml_type: int, n_rows: int, n_out: int = 0) -> Tile:
-        """The kernel of a product of n_rows activation rows into n_out features (weight rows)
-        and how it tiles the rows."""
+    def row_tile(self, ggml_type: int, n_rows: int) -> Tile:
+        """The kernel of a product of n_rows activation rows and how it tiles the rows."""
         name = TYPE_NAMES[ggml_type]
         if self.gemm and n_rows >= self.gemm_min_rows:
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile)
         nt = min(MAX_NT, (n_rows + 7) // 8)
-        if nt == 1:
-            return Tile(f"mm_{name}_1", 8, 16 * self.mt1, 32 * self.nw)
-        if n_out and n_out <= self.narrow_rows:
-            return Tile(f"mm_{name}_{nt}n", 8 * nt, 16, 32 * self.nw)
-        return Tile(f"mm_{name}_{nt}", 8 * nt, 16 * self.mt, 32 * self.nw)
+        return Tile(
+            f"mm_{name}_{nt}", 8 * nt, 16 * (self.mt1 if nt == 1 else self.mt), 32 * self.nw
+        )
 
 
 MATMUL_CONFIG = MatmulConfig()

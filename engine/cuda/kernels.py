@@ -49,7 +49,7 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
         return
     cfg = build.MATMUL_CONFIG
     args = (*w.pointers(), *shape, *io)
-    tile = cfg.row_tile(w.ggml_type, R, w.rows)
+    tile = cfg.row_tile(w.ggml_type, R)
     fn = build.matmul_module(cfg).get_function(tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles

@@ -34,9 +34,6 @@
 #ifndef MM_MINB1
 #define MM_MINB1 4
 #endif
-#ifndef MM_MINBN
-#define MM_MINBN 3  // the narrow-product kernels (one m-tile per warp at 9..32 rows)
-#endif
 
 OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
@@ -215,17 +212,11 @@ extern "C" __global__ void __launch_bounds__(128)
 // two tiles per warp (B fragments shared) above that.
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
-// Narrow products (few weight rows: 5,120 in the 27B model) have too few tiles of 32 rows to
-// fill the GPU (160 CTAs on 132 SMs, 28 % of the DRAM bandwidth at 12 rows, Nsight Compute),
-// so they keep one m-tile per warp at every row count (`_Nn`, twice the CTAs).
-#define OJ_MM_ALL_NT(PREFIX, FRAG)                   \
+#define OJ_MM_ALL_NT(PREFIX, FRAG)               \
     OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1) \
     OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB)   \
     OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB)   \
-    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB)   \
-    OJ_MM_KERNEL(PREFIX##_2n, FRAG, 1, 2, MM_MINBN)     \
-    OJ_MM_KERNEL(PREFIX##_3n, FRAG, 1, 3, MM_MINBN)     \
-    OJ_MM_KERNEL(PREFIX##_4n, FRAG, 1, 4, MM_MINBN)
+    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB)
 
 OJ_MM_ALL_NT(mm_q4_k, FragQ4K)
 OJ_MM_ALL_NT(mm_q5_k, FragQ5K)

@@ -3,13 +3,9 @@ dequantization in float64) for every weight format, on fresh random blocks and a
 with poisoned outputs. Tolerance: f16 operands with f32 accumulation (METHOD.md: 1e-3 region);
 f32 weights go through the exact f32 kernel (1e-6). The tiled kernel for many rows (wmat_gemm)
 must give bit for bit what the row kernel (wmat_rows) gives: same fragments, same order.
-The row kernels come in two widths above 8 rows (two m-tiles per warp for wide products, one
-for narrow ones); the tests' small weights run both (`width`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -33,19 +29,6 @@ F32_TOL = 1e-6
 QUANTIZED = [weights.Q4_K, weights.Q5_K, weights.Q6_K, weights.Q8_0]
 
 
-@pytest.fixture(params=["narrow", "wide"])
-def width(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test's products through the narrow-product kernels (the default for its small
-    weights), or through the wide ones (narrow_rows = 0)."""
-    saved = build.MATMUL_CONFIG
-    if request.param == "wide":
-        build.MATMUL_CONFIG = build.MatmulConfig(narrow_rows=0)
-    try:
-        yield request.param
-    finally:
-        build.MATMUL_CONFIG = saved
-
-
 def _weight(
     ggml_type: int, rows: int, cols: int, seed: int
 ) -> tuple[weights.GpuWeight, np.ndarray]:
@@ -61,7 +44,7 @@ def _rel(out: np.ndarray, ref: np.ndarray) -> float:
 
 @pytest.mark.parametrize("ggml_type", FORMATS)
 @pytest.mark.parametrize("n_rows", [1, 5, 8, 13, 20, 32, 45, 130])
-def test_matmul_matches_numpy(ggml_type: int, n_rows: int, width: str) -> None:
+def test_matmul_matches_numpy(ggml_type: int, n_rows: int) -> None:
     import cupy as cp
 
     rng = np.random.default_rng(1000 * ggml_type + n_rows)
@@ -77,9 +60,7 @@ def test_matmul_matches_numpy(ggml_type: int, n_rows: int, width: str) -> None:
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16])
 @pytest.mark.parametrize("n_rows", [5, 33, 64, 130])
 @pytest.mark.parametrize("tile", [64, 128])
-def test_tiled_products_equal_the_row_kernel(
-    ggml_type: int, n_rows: int, tile: int, width: str
-) -> None:
+def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int, tile: int) -> None:
     """wmat_gemm (partial row and weight tiles, an uneven K split over the four classes)
     against wmat_rows in passes of 32 rows, bit for bit, accumulate on and off."""
     import cupy as cp
@@ -91,9 +72,8 @@ def test_tiled_products_equal_the_row_kernel(
     results = []
     saved = build.MATMUL_CONFIG
     try:
-        narrow = 0 if width == "wide" else saved.narrow_rows
         tiled = build.MatmulConfig(gemm=True, gemm_min_rows=1, gemm_tile=tile)
-        for config in (build.MatmulConfig(gemm=False, narrow_rows=narrow), tiled):
+        for config in (build.MatmulConfig(gemm=False), tiled):
             build.MATMUL_CONFIG = config
             y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
             kernels.matmul(w, x, y)
@@ -122,7 +102,7 @@ def test_matmul_accumulates_into_output(ggml_type: int) -> None:
 
 
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F32])
-def test_matmul_rows_do_not_depend_on_the_batch(ggml_type: int, width: str) -> None:
+def test_matmul_rows_do_not_depend_on_the_batch(ggml_type: int) -> None:
     """A row's product is bit-identical alone, in a batch of 8, 20, 40 (row kernel) or 140
     (tiled kernel) rows (batch invariance)."""
     import cupy as cp
