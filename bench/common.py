@@ -59,6 +59,13 @@ def _cuda_props() -> dict[str, Any]:
         return {}
 
 
+def require_gpu(script: str) -> None:
+    """Stop a GPU-only benchmark with a clear message (exit status 2) where CuPy reaches no GPU."""
+    if not _cuda_props():
+        print(f"{script}: needs a CUDA GPU, and CuPy reaches none here", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def manifest() -> dict[str, Any]:
     """What a result depends on: GPU, clocks, driver, CUDA, commit (and the host, for CPU runs)."""
     query = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu"

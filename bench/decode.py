@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import manifest  # noqa: E402
+from bench.common import manifest, require_gpu  # noqa: E402
 from engine.cuda import kernels, weights  # noqa: E402
 from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type  # noqa: E402
 
@@ -330,6 +330,7 @@ def main() -> int:
     parser.add_argument("--contexts", default="", help="attention split counts to sweep, e.g. 8,32")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    require_gpu("bench/decode.py")
     rows = [int(r) for r in args.rows.split(",")]
     info: dict[str, Any] = {"manifest": manifest()}
     print(json.dumps(info["manifest"]), flush=True)

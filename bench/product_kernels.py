@@ -16,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import require_gpu  # noqa: E402
 from engine.cuda import kernels, weights  # noqa: E402
 
 PRODUCTS = [
@@ -26,6 +27,7 @@ PRODUCTS = [
 
 
 def main() -> int:
+    require_gpu("bench/product_kernels.py")
     import cupy as cp
 
     for name, gtype, rows, cols in PRODUCTS:

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import manifest  # noqa: E402
+from bench.common import manifest, require_gpu  # noqa: E402
 from bench.decode import time_rows  # noqa: E402
 
 
@@ -97,6 +97,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    require_gpu("bench/step_host.py")
     info: dict[str, Any] = {"manifest": manifest()}
     print(json.dumps(info["manifest"]), flush=True)
     from engine.cuda.backend import CudaBackend

@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import manifest  # noqa: E402
+from bench.common import manifest, require_gpu  # noqa: E402
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -84,6 +84,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    require_gpu("bench/weight_access.py")
     info: dict[str, Any] = {"manifest": manifest(), "results": []}
     print(json.dumps(info["manifest"]), flush=True)
     mod = cp.RawModule(code=SOURCE, options=("-std=c++17",))

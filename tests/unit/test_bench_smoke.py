@@ -118,3 +118,19 @@ def test_marker_without_targets_means_the_server_alone(tmp_path: Path) -> None:
     assert layout.is_complete() and not layout.has_targets(["llama-bench"])
     with pytest.raises(ls.LlamaServerError, match=r"no llama\.cpp build target"):
         ls.provision_llama_server(tmp_path, targets=[])
+
+
+GPU_ONLY = ["decode", "step_host", "weight_access", "product_kernels"]
+
+
+@pytest.mark.parametrize("script", GPU_ONLY)
+def test_gpu_only_benchmarks_say_so_without_a_gpu(script: str) -> None:
+    from tests.conftest import cuda_device_usable
+
+    if cuda_device_usable():
+        pytest.skip("a GPU is here: the script would run")
+    command = [sys.executable, str(ROOT / "bench" / f"{script}.py")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"bench/{script}.py: needs a CUDA GPU" in done.stderr
+    assert "Traceback" not in done.stderr
