@@ -252,7 +252,7 @@ class CudaBackend:
     def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]]) -> None:  # fmt: skip
         """The pass's metadata into the pinned host buffer, then one copy to the device; the
         page table only where a slot's pages changed."""
-        ws, h = self.ws, self.ws.host
+        ws, h = self.ws, self.ws.host_meta()
         T = len(tok)
         h.row_tok[:T], h.row_pos[:T], h.row_slot[:T], h.row_first[:T] = tok, pos, rslot, first
         h.seg[:] = 0

@@ -120,7 +120,8 @@ class Workspace:
         size = sum(int(np.prod(shape)) for shape in fields.values())
         self.meta = cp.zeros(size, i32)
         self.meta_host = cupyx.zeros_pinned(size, np.int32)
-        self.host = _MetaHost()
+        self._host = _MetaHost()
+        self._meta_copied = cp.cuda.Event(disable_timing=True)
         offset = 0
         for name, shape in fields.items():
             n = int(np.prod(shape))
@@ -128,13 +129,22 @@ class Workspace:
             if name == "fparams":
                 dev, host = dev.view(f32), host.view(np.float32)
             setattr(self, name, dev.reshape(shape))
-            setattr(self.host, name, host.reshape(shape))
+            setattr(self._host, name, host.reshape(shape))
             offset += n
 
+    def host_meta(self) -> _MetaHost:
+        """The pinned host metadata buffer, to be written for the next pass. Waits until the
+        previous upload has left it: that copy is asynchronous and runs only when the stream
+        reaches it, and a host that queues prefill passes without reading anything back would
+        otherwise overwrite the buffer before the previous pass's copy has read it."""
+        self._meta_copied.synchronize()
+        return self._host
+
     def upload_meta(self) -> None:
-        """The host metadata buffer to the device (one asynchronous copy on the current stream:
-        the pinned buffer must not be rewritten before the step that reads it has run)."""
+        """The host metadata buffer (written through host_meta) to the device: one
+        asynchronous copy on the current stream."""
         self.meta.set(self.meta_host)
+        self._meta_copied.record()
 
     def pool(self, att_index: int) -> tuple[Any, Any, Any, Any]:
         return (self.kq[att_index], self.kd[att_index], self.vq[att_index], self.vd[att_index])

@@ -130,7 +130,7 @@ class MtpDrafter:
 
     def _run(self, tokens: list[int], positions: list[int], slots: list[int], M: int) -> None:
         """The head over these rows; logits for the first M of them."""
-        ws, h = self.ws, self.ws.host
+        ws, h = self.ws, self.ws.host_meta()
         T = len(tokens)
         h.row_tok[:T], h.row_pos[:T], h.row_slot[:T] = tokens, positions, slots
         h.sample_idx[:M] = np.arange(M, dtype=np.int32)

@@ -131,6 +131,49 @@ def test_greedy_tokens_do_not_depend_on_the_batch_or_the_chunking(models: dict[s
         assert _greedy(backend, {s: prompts[s]}, 16)[s] == together[s]
 
 
+SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+"""
+
+
+def test_prefill_queued_behind_a_busy_gpu_keeps_each_chunks_metadata(
+    models: dict[str, Path],
+) -> None:
+    """Prefill chunks that sample nothing read nothing back, so the host queues them while the
+    GPU is still busy: each chunk's metadata must still reach the GPU intact (the per-pass
+    metadata goes through one pinned buffer and an asynchronous copy). The GPU is held busy
+    by a spinning kernel; the chunks' tokens, logits and continuation must equal a run that
+    waits for the GPU after every chunk."""
+    import cupy as cp
+
+    gguf = open_gguf(models["q4_k_m"])
+    backend = CudaBackend(from_gguf(gguf), n_slots=2, kv_tokens=4096, max_rows=64)
+    prompt = _prompt(5, 60, gguf.config.n_vocab)
+    spin = cp.RawKernel(SPIN, "spin")
+
+    def run(wait_each_chunk: bool) -> tuple[np.ndarray, list[int]]:
+        backend.reset_slot(0)
+        if not wait_each_chunk:
+            spin((1,), (1,), (np.int64(400_000_000),))  # ~0.2 s of a busy stream
+        chunks = [prompt[i : i + 8] for i in range(0, len(prompt), 8)]
+        for part in chunks[:-1]:
+            step = SlotStep(0, RowKind.PREFILL, part, backend.slot_length(0), GREEDY, sample=False)
+            backend.step(StepPlan((step,)))
+            if wait_each_chunk:
+                cp.cuda.Device().synchronize()
+        logits = _prefill_logits(backend, 0, chunks[-1])
+        return logits, _greedy_from(backend, [int(np.argmax(logits[-1]))], 8)
+
+    want_logits, want_tokens = run(wait_each_chunk=True)
+    got_logits, got_tokens = run(wait_each_chunk=False)
+    assert np.array_equal(got_logits, want_logits)
+    assert got_tokens == want_tokens
+
+
 def test_drafts_never_change_greedy_tokens(models: dict[str, Path]) -> None:
     """Drafts that are right (all accepted), half right and wrong (rolled back)."""
     gguf = open_gguf(models["q4_k_m"])
