@@ -9,9 +9,11 @@ continuation with every third draft wrong, so verification both keeps and reject
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from engine.backend import (
     GREEDY,
@@ -476,3 +478,50 @@ def test_a_new_scheduler_starts_from_an_empty_backend() -> None:
     assert backend.checkpoints and backend.pool.used_tokens > 0
     Scheduler(backend)
     assert not backend.checkpoints and backend.pool.used_tokens == 0
+
+
+def test_snapshot_is_rebuilt_on_changes_and_at_most_every_interval_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The live figures (/v1/slots, /metrics, `openjet top`) are rebuilt when a request starts
+    or ends and when the engine goes idle, and otherwise at most every PUBLISH_INTERVAL_S
+    (not once per ~10 ms step)."""
+    import engine.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "PUBLISH_INTERVAL_S", 1e9)
+    scheduler = Scheduler(FakeBackend())
+    sink = Collector()
+    scheduler.submit(GenerationRequest(prompt(5, 10), GREEDY, max_tokens=40), sink)
+    scheduler.step_once()  # admitted and prefilled: a change
+    started = scheduler.snapshot()
+    assert [s.state for s in started.slots if s.request_id] == ["decode"]
+    for _ in range(5):
+        scheduler.step_once()
+    assert scheduler.snapshot() is started  # decode steps alone: not rebuilt
+    monkeypatch.setattr(scheduler_module, "PUBLISH_INTERVAL_S", 0.0)
+    scheduler.step_once()
+    assert scheduler.snapshot() is not started  # the interval has passed
+    monkeypatch.setattr(scheduler_module, "PUBLISH_INTERVAL_S", 1e9)
+    while sink.finished is None:
+        scheduler.step_once()
+    assert all(s.state == "idle" for s in scheduler.snapshot().slots)  # the end: rebuilt
+
+
+def test_a_request_without_drafts_never_builds_their_context() -> None:
+    """n_draft 0 (speculation off per request, as agents send it): the draft provider, which
+    would copy the whole context every step, is not called."""
+    calls: list[int] = []
+
+    def provider(context: Sequence[int], mtp: Sequence[int], n_draft: int) -> list[int]:
+        calls.append(len(context))
+        return []
+
+    scheduler = Scheduler(FakeBackend(), SchedulerConfig(speculation="lookup", n_draft=3))
+    request = GenerationRequest(
+        prompt(6, 50), GREEDY, max_tokens=20, n_draft=0, draft_provider=provider
+    )
+    [sink] = run(scheduler, [request])
+    assert len(sink.tokens) == 20 and calls == []
+    drafted = GenerationRequest(prompt(6, 50), GREEDY, max_tokens=20, draft_provider=provider)
+    [again] = run(scheduler, [drafted])
+    assert again.tokens == sink.tokens and calls  # with drafts asked for, it is called
