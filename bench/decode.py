@@ -233,9 +233,8 @@ VARIANTS: list[dict[str, Any]] = [
 # changes the sum order)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
-    {"load_hint": 256},
-    {"min_blocks1": 4},
-    {"load_hint": 256, "min_blocks1": 4},
+    {"mt": 1, "min_blocks": 3},  # 9-32 rows: one m-tile per warp, 3 CTAs/SM (no spills)
+    {"min_blocks1": 3},  # the third session's one-row-tile occupancy
 ]
 
 
