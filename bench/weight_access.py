@@ -79,12 +79,12 @@ extern "C" __global__ void __launch_bounds__(128) rows_tilemajor(const u8* w, in
 
 
 def main() -> int:
-    import cupy as cp
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/weight_access.py")
+    import cupy as cp
+
     info: dict[str, Any] = {"manifest": manifest(), "results": []}
     print(json.dumps(info["manifest"]), flush=True)
     mod = cp.RawModule(code=SOURCE, options=("-std=c++17",))
