@@ -11,8 +11,9 @@
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
 // (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
 // cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2 prefetches of
-// the blocks 2-8 super-blocks ahead 1-10 % slower: the loop is bound by
-// instruction issue, not by bytes in flight; bench/NOTES.md.)
+// the blocks 2-8 super-blocks ahead 1-10 % slower: the loop is latency-bound, half its issue
+// slots used and loads its main stall (Nsight Compute), not short of bytes in flight;
+// bench/NOTES.md.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)

@@ -33,7 +33,7 @@ struct WDesc {
 // Tile-major order of the 256-element units (one super-block of one row) of every format but
 // F32: the 16 rows of a tile are adjacent for each super-block, so a warp's loads of one
 // super-block fall in one contiguous span (bench/weight_access.py: the row kernels' pattern
-// reads 4.0 TB/s so against 3.1-3.3 from the GGUF's row-major order at 3 CTAs per SM). The
+// reads at 4.0 TB/s, against 3.1-3.3 from GGUF's row-major order, at 3 CTAs per SM). The
 // row count is padded to a multiple of 16 on the GPU.
 OJ_DEV size_t unit_index(const WDesc& W, int row, int sb) {
     return ((size_t)(row >> 4) * (W.cols >> 8) + sb) * 16 + (row & 15);
