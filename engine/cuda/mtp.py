@@ -46,7 +46,8 @@ class Want:
 class MtpDrafter:
     """Runs the MTP head of `fwd`'s model over a Workspace. `borrow(slot, length)` makes the
     slot's pages cover `length` positions (page copies done, page table on the device) and
-    raises PoolExhausted when the pool cannot; `give_back(slot, length)` returns them."""
+    raises PoolExhausted when the pool cannot; the drafts give them back with
+    `pool.truncate`."""
 
     def __init__(
         self,
@@ -64,8 +65,6 @@ class MtpDrafter:
     def catch_up(self, spans: list[Span]) -> None:
         """Write the head's KV rows for the spans' positions (token p with the hidden of p - 1)
         and leave each slot's pending hidden at its span's last row."""
-        import cupy as cp
-
         ws = self.ws
         spans = [s for s in spans if s.tokens]
         if not spans:
@@ -83,7 +82,6 @@ class MtpDrafter:
         positions = [s.pos + i for s in spans for i in range(len(s.tokens))]
         slots = [s.slot for s in spans for _ in s.tokens]
         self._run(tokens, positions, slots, 0)
-        cp.cuda.get_current_stream().synchronize()  # ws.meta's host buffer is rewritten next
 
     def drafts(
         self, wants: list[Want], lengths: dict[int, int], n_ctx: int

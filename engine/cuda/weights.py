@@ -63,9 +63,9 @@ def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int)
         raise WeightFormatError(
             f"{name}: {raw.size} bytes, expected {tensor_bytes(ggml_type, rows, cols)}"
         )
-    if ggml_type in (F32, BF16):
-        if ggml_type == F32:
-            return GpuWeight(name, F32, rows, cols, (cp.ascontiguousarray(raw),))
+    if ggml_type == F32:  # row-major: the exact f32 kernel's layout
+        return GpuWeight(name, F32, rows, cols, (cp.ascontiguousarray(raw),))
+    if ggml_type == BF16:
         wide = (raw.view(cp.uint16).astype(cp.uint32) << 16).view(cp.float32)
         return GpuWeight(name, F32, rows, cols, (wide.view(cp.uint8),))
     raw = tile_major(raw, ggml_type, rows, cols)
@@ -86,15 +86,15 @@ def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int)
 def tile_major(raw: Any, ggml_type: int, rows: int, cols: int) -> Any:
     """GGUF's row-major bytes as units (one row's 256 elements) in the order [rows/16][K/256][16],
     rows padded with zero bytes to a multiple of 16. Works on numpy and cupy arrays alike."""
+    xp = _array_module(raw)
     per, nbytes = BLOCK_BYTES[ggml_type]
     unit = 256 // per * nbytes  # bytes of one row's super-block
     nsb, padded = cols // 256, -(-rows // TILE_ROWS) * TILE_ROWS
     units = raw.reshape(rows, nsb, unit)
     if padded != rows:
-        xp = _array_module(raw)
         units = xp.concatenate([units, xp.zeros((padded - rows, nsb, unit), raw.dtype)])
     tiles = units.reshape(padded // TILE_ROWS, TILE_ROWS, nsb, unit).transpose(0, 2, 1, 3)
-    return _array_module(raw).ascontiguousarray(tiles).reshape(-1)
+    return xp.ascontiguousarray(tiles).reshape(-1)
 
 
 def _array_module(a: Any) -> Any:
