@@ -204,6 +204,9 @@ class Backend(Protocol):
     chat_template: Any  # engine.chat.ChatTemplate
     # Optional: `max_checkpoints: int` — most checkpoints the backend can hold at once; the
     # scheduler evicts least-recently-used ones beyond it (default: its own limit, 32).
+    # Optional: `row_quantum: int` — rows a step's cost grows in steps of (the CUDA row
+    # kernels' n-tile, 8); the scheduler trims prompt rows beside decoding slots so a step does
+    # not spill a few rows into the next quantum (default 1: no trimming).
 
     @property
     def pool(self) -> PagedKVPool:

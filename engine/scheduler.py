@@ -243,7 +243,8 @@ class Scheduler:
             steps.append(self._slot_step(slot, slot.job, RowKind.DECODE, group, True, ()))
             budget -= n_drafts
         if decoding:
-            budget = min(budget, self._rows_beside_decode())
+            decode_rows = len(decoding) + sum(drafts)
+            budget = min(budget, self._quantum_fit(decode_rows, self._rows_beside_decode()))
         steps.extend(self._prefill_steps(budget))
         return StepPlan(tuple(steps)) if steps else None
 
@@ -258,6 +259,18 @@ class Scheduler:
         )
         cost = 1.0 + deepest / cfg.prefill_position_scale if cfg.prefill_position_scale > 0 else 1.0
         return max(1, int(cfg.prefill_beside_decode / cost))
+
+    def _quantum_fit(self, decode_rows: int, prompt_rows: int) -> int:
+        """Prompt rows beside decode_rows, trimmed so the step does not spill a few rows past a
+        multiple of the backend's row quantum (`row_quantum`: the CUDA row kernels take rows in
+        n-tiles of 8, and a step of 17 rows costs about as much as one of 24). Trims at most
+        half a quantum and never to zero prompt rows."""
+        quantum = int(getattr(self.backend, "row_quantum", 1))
+        total = decode_rows + prompt_rows
+        over = total % quantum if quantum > 1 and total > quantum else 0
+        if 0 < over <= quantum // 2 and prompt_rows > over:
+            return prompt_rows - over
+        return prompt_rows
 
     def _useful_drafts(self, slot: SlotRecord) -> int:
         """Drafts worth verifying: no more than the tokens still wanted or the context allows."""

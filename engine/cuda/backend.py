@@ -51,6 +51,10 @@ MAX_SAMPLE_ROWS = 64
 class CudaBackend:
     kind = "megakernel"
 
+    # the row kernels take activation rows in n-tiles of 8 (matmul.cu): a step of 17 rows runs
+    # the 3-tile kernel, as slow as 24 rows (bench/NOTES.md, v12-v13 step times)
+    row_quantum = 8
+
     def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int | None = None, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True, use_mtp: bool = True) -> None:  # fmt: skip
         if not 1 <= n_slots <= 8:
             raise BackendError(f"the CUDA backend runs 1..8 slots, not {n_slots}")

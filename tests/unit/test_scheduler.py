@@ -60,6 +60,7 @@ class _Seq:
 class FakeBackend:
     kind = "reference"
     model_name = "fake"
+    row_quantum = 1
     tokenizer = None
     chat_template = None
 
@@ -225,11 +226,17 @@ def test_concurrent_requests_get_their_solo_tokens() -> None:
 
 
 def run_beside_a_decoder(
-    config: SchedulerConfig, short: list[int], long: list[int], decoded: int, long_tokens: int
+    config: SchedulerConfig,
+    short: list[int],
+    long: list[int],
+    decoded: int,
+    long_tokens: int,
+    row_quantum: int = 1,
 ) -> list[StepPlan]:
     """A short prompt that then decodes `decoded` tokens and a long prompt beside it: both get
     their solo tokens. The run's step plans."""
     backend = FakeBackend()
+    backend.row_quantum = row_quantum
     sinks = run(
         Scheduler(backend, config),
         [
@@ -281,6 +288,35 @@ def test_prompt_rows_beside_decoding_shrink_with_the_prompts_depth() -> None:
     for start, rows in beside:
         assert rows == min(500 - start, max(1, int(12 / (1 + start / 50))))
     assert {rows for _, rows in beside} >= {2, 1}  # shrinking as it goes deeper
+
+
+def test_prompt_rows_beside_decoding_stop_at_the_backends_row_quantum() -> None:
+    """A backend whose step cost grows in quanta of 8 rows (the CUDA row kernels' n-tiles):
+    beside one decoding row, 16 prompt rows would make a 17-row step, as slow as 24, so the
+    chunk is trimmed to 15; a step already on the quantum, or too small, is left alone."""
+    config = SchedulerConfig(
+        max_rows=256, max_chunk=128, prefill_beside_decode=16, prefill_position_scale=0,
+        speculation="off",
+    )  # fmt: skip
+    for quantum, want in ((1, 16), (8, 15)):
+        plans = run_beside_a_decoder(config, prompt(7, 10), prompt(8, 300), 100, 3, quantum)
+        totals = {
+            plan.n_rows
+            for plan in plans
+            if any(s.kind is RowKind.DECODE for s in plan.slots)
+            and any(s.kind is RowKind.PREFILL for s in plan.slots)
+        }
+        assert max(totals) == 1 + want
+    small = SchedulerConfig(
+        max_rows=256,
+        max_chunk=32,
+        prefill_beside_decode=5,
+        prefill_position_scale=0,
+        speculation="off",
+    )
+    plans = run_beside_a_decoder(small, prompt(7, 10), prompt(8, 100), 60, 3, 8)
+    mixed = [p.n_rows for p in plans if {s.kind for s in p.slots} == set(RowKind)]
+    assert max(mixed) == 6  # 1 + 5: below a quantum, left alone
 
 
 def test_speculation_off_mtp_and_scripted_give_identical_tokens() -> None:
