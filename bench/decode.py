@@ -387,7 +387,7 @@ def main() -> int:
         # size while others decode trades their tok/s against the prompt's progress
         info["beside_prefill_ms"] = {
             c: time_rows(backend, [1, c] if c else [1], args.context, 1)
-            for c in (0, 16, 32, 64, 128, 256)
+            for c in (0, 15, 16, 31, 32, 64, 128, 256)
         }
         print(
             "decode row beside a prefill chunk of c rows, ms:",
