@@ -69,12 +69,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agents", help="agent counts with short prompts (default 1,2,4,8)")
     parser.add_argument("--context-agents", help="agent counts at the long context (4,2,1)")
     parser.add_argument("--forced-drafts", type=int, default=3, help="drafts per step, forced")
+    parser.add_argument(
+        "--scheduler",
+        default="",
+        help="SchedulerConfig fields for OpenJet's server, e.g. prefill_beside_decode=12",
+    )
     args = parser.parse_args(argv)
     args.sizes = Sizes.smoke() if args.smoke else Sizes.device()
     if args.agents:
         args.sizes.agents = [int(a) for a in args.agents.split(",")]
-    if args.context_agents:
-        args.sizes.context_agents = [int(a) for a in args.context_agents.split(",")]
+    if args.context_agents is not None:  # "" leaves the long-context scenario out
+        args.sizes.context_agents = [int(a) for a in args.context_agents.split(",") if a]
     args.engines = args.engines.split(",")
     unknown = set(args.engines) - {"openjet", "llama-server"}
     if unknown or not 1 <= args.forced_drafts <= 4:
@@ -115,10 +120,16 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--kv-tokens", type=int, required=True)
     parser.add_argument("--forced-drafts", type=int, default=3)
+    parser.add_argument("--scheduler", default="")
     args = parser.parse_args(argv)
     # FilledDrafts proposes (below); "lookup" keeps the backend's MTP head off, so the
     # speculation-off figures do not pay for a head nobody asks
-    scheduler = SchedulerConfig(speculation="lookup", n_draft=args.forced_drafts, force_accept=True)
+    scheduler = SchedulerConfig(
+        speculation="lookup",
+        n_draft=args.forced_drafts,
+        force_accept=True,
+        **scheduler_fields(args.scheduler),
+    )
     options = LaunchOptions(
         model=args.model,
         backend=args.backend,
@@ -135,6 +146,22 @@ def serve_main(argv: list[str]) -> int:
     return 0
 
 
+def scheduler_fields(text: str) -> dict[str, Any]:
+    """ "name=value,name=value" (integer SchedulerConfig fields) as keyword arguments."""
+    from dataclasses import fields
+
+    from engine.scheduler import SchedulerConfig
+
+    known = {f.name for f in fields(SchedulerConfig)}
+    out: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        if name not in known:
+            raise SystemExit(f"--scheduler: SchedulerConfig has no field {name!r}")
+        out[name] = int(value)
+    return out
+
+
 class OpenJetProcess:
     """`parallel.py serve` as a child process; stopped (only this one) at the end."""
 
@@ -147,7 +174,7 @@ class OpenJetProcess:
         command = [sys.executable, str(Path(__file__).resolve()), "serve", "--model", str(gguf)]
         command += ["--backend", sizes.backend, "--port", str(self.port)]
         command += ["--slots", str(sizes.slots), "--kv-tokens", str(sizes.kv_tokens)]
-        command += ["--forced-drafts", str(args.forced_drafts)]
+        command += ["--forced-drafts", str(args.forced_drafts), "--scheduler", args.scheduler]
         with log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{self.port}"

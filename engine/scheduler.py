@@ -46,13 +46,14 @@ PUBLISH_INTERVAL_S = 0.05
 class SchedulerConfig:
     max_rows: int = 512  # rows per step (capped by the backend's)
     max_chunk: int = 256  # largest prefill chunk of one slot per step
-    # prompt rows per step while any slot decodes, so decoding agents keep about half their solo
-    # rate while a long prompt is processed: on the H200 a decode row alone steps in 10.0 ms,
-    # beside a 16-row chunk at the start of a prompt in 18.9 ms (bench/NOTES.md). Deeper into
-    # the prompt each row attends to more context and costs more: a row at position p counts
-    # 1 + p / prefill_position_scale (14,000 fits the H200's measured attention cost per row;
-    # 0 counts every row as 1)
-    prefill_beside_decode: int = 16
+    # prompt rows per step while any slot decodes, so decoding agents keep more than half their
+    # solo rate while a long prompt is processed. Deeper into the prompt each row attends to
+    # more context and costs more: a row at position p counts 1 + p / prefill_position_scale
+    # (14,000 fits the H200's measured attention cost per row; 0 counts every row as 1).
+    # Measured through the server on the H200 (bench/NOTES.md v15), an agent beside another's
+    # 20K prompt keeps 58 % of its solo rate with 12 (the prompt at 392 tok/s), 50 % with 16
+    # (435 tok/s); a position scale of 8,000 with 16 keeps 56 % at the same 393 tok/s.
+    prefill_beside_decode: int = 12
     prefill_position_scale: int = 14000
     speculation: str = "mtp"  # off | mtp | lookup | mtp+lookup
     n_draft: int = 2

@@ -127,6 +127,7 @@ class Tile:
     rows_per_group: int
     rows_per_cta: int
     threads: int
+    packed: bool = False  # the kernel reads packed f16 activations (mmh_*)
 
 
 @dataclass(frozen=True)
@@ -153,16 +154,17 @@ class MatmulConfig:
             f"-DMM_MINB1={self.min_blocks1}",
         )
 
-    def row_tile(self, ggml_type: int, n_rows: int) -> Tile:
-        """The kernel of a product of n_rows activation rows and how it tiles the rows."""
+    def row_tile(self, ggml_type: int, n_rows: int, packed: bool = False) -> Tile:
+        """The kernel of a product of n_rows activation rows and how it tiles the rows; packed:
+        packed f16 activations are at hand (the row kernels read them; wmat_gemm does not)."""
         name = TYPE_NAMES[ggml_type]
         if self.gemm and n_rows >= self.gemm_min_rows:
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile)
         nt = min(MAX_NT, (n_rows + 7) // 8)
-        return Tile(
-            f"mm_{name}_{nt}", 8 * nt, 16 * (self.mt1 if nt == 1 else self.mt), 32 * self.nw
-        )
+        rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt)
+        prefix = "mmh" if packed else "mm"
+        return Tile(f"{prefix}_{name}_{nt}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
 
 
 MATMUL_CONFIG = MatmulConfig()

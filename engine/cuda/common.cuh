@@ -32,6 +32,9 @@ OJ_DEV u16 f2h(float f) {
 OJ_DEV u32 pack_h2(float lo, float hi) {
     return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
 }
+// Four consecutive activations as the products' B fragment: f16 pairs (x0, x2), (x1, x3).
+// Producers of packed f16 activations (for the `mmh_*` products) store exactly these bits.
+OJ_DEV uint2 pack_b(float4 x) { return make_uint2(pack_h2(x.x, x.z), pack_h2(x.y, x.w)); }
 OJ_DEV u32 hsub2(u32 a, u32 b) {
     u32 d;
     asm("{ sub.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));

@@ -74,6 +74,9 @@ class Workspace:
         self.t_save, self.max_rows, self.max_sample = min(t_save, max_rows), max_rows, max_sample
         self.x = cp.zeros((max_rows, d.n_embd), f32)  # residual stream
         self.a = cp.zeros((max_rows, d.n_embd), f32)  # normed input of a product
+        # the row kernels' packed f16 copies of the products' main inputs (a, h, hs), written
+        # by their producers beside the f32 ones (kernels.pack_activations)
+        self.ah = cp.zeros((max_rows, d.n_embd), cp.float16)
         self.proj_save = cp.zeros((max(n_dn, 1), self.t_save, P), f32)  # per-layer DN projections
         self.u_save = cp.zeros((max(n_dn, 1), self.t_save, C), f32)  # per-layer conv outputs
         self.proj_big = cp.zeros((max_rows, P), f32)  # (long passes: no replay)
@@ -84,7 +87,9 @@ class Workspace:
         self.ya = cp.zeros((max_rows, d.n_head * d.head_dim), f32)  # gated attention out
         self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
         self.h = cp.zeros((max_rows, d.n_ff), f32)
+        self.hh = cp.zeros((max_rows, d.n_ff), cp.float16)
         self.hs = cp.zeros((max_sample, d.n_embd), f32)  # sampled rows' normed hidden
+        self.hsh = cp.zeros((max_sample, d.n_embd), cp.float16)
         if model.mtp is not None:  # the MTP head's input (engine/cuda/mtp.py)
             self.mtp_pending = cp.zeros((n_slots, d.n_embd), f32)  # last trunk hidden per slot
             self.mtp_hidden = cp.zeros((max_rows, d.n_embd), f32)  # a pass's hidden inputs
@@ -169,26 +174,26 @@ class Forward:
         """Embedding, every layer, final norm (into ws.a) for the first n_rows rows."""
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         T, S = lay.n_rows, lay.n_seg
-        x, a = ws.x[:T], ws.a[:T]
+        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[:T]
         kernels.embed(m.token_embd, ws.row_tok[:T], x)
         for layer in m.layers:
-            ops.rmsnorm(x, layer.attn_norm, a, d.rms_eps)
+            ops.rmsnorm(x, layer.attn_norm, a, d.rms_eps, yh=ah)
             if layer.recurrent:
                 self._deltanet(layer, T, S, lay.saved)
             else:
                 self._attention(layer, T)
             self._ffn(layer, T)
-        ops.rmsnorm(x, m.output_norm, a, d.rms_eps)
+        ops.rmsnorm(x, m.output_norm, a, d.rms_eps, yh=ah)
 
     def _ffn(self, layer: Any, T: int) -> None:
         """x += FFN(post_norm(x)) over the first T rows."""
         ws, ops, d = self.ws, self.ops, self.m.dims
-        x, a = ws.x[:T], ws.a[:T]
-        ops.rmsnorm(x, layer.post_norm, a, d.rms_eps)
+        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[:T]
+        ops.rmsnorm(x, layer.post_norm, a, d.rms_eps, yh=ah)
         for p in layer.ffn_in:
-            kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows])
-        ops.swiglu(ws.gu[:T], ws.h[:T])
-        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True)
+            kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows], xh=ah)
+        ops.swiglu(ws.gu[:T], ws.h[:T], ws.hh[:T])
+        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=ws.hh[:T])
 
     def mtp_block(self, T: int, M: int) -> None:
         """The MTP head over T rows (tokens, positions and slots in ws.row_*, hidden inputs in
@@ -203,13 +208,13 @@ class Forward:
         ops.rmsnorm(x, head.enorm, cat[:, :E], d.rms_eps)
         ops.rmsnorm(ws.mtp_hidden[:T], head.hnorm, cat[:, E:], d.rms_eps)
         kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
-        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps)
+        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
         self._attention(head.block, T)
         self._ffn(head.block, T)
-        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps)
+        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
         if M:
-            ops.gather(ws.a, ws.sample_idx[:M], ws.hs[:M])
-            kernels.matmul(head.head, ws.hs[:M], ws.logits[:M])
+            self._gather_sampled(M)
+            kernels.matmul(head.head, ws.hs[:M], ws.logits[:M], xh=ws.hsh[:M])
 
     def _deltanet(self, layer: Any, T: int, S: int, saved: bool) -> None:
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
@@ -217,7 +222,8 @@ class Forward:
         proj = ws.proj_save[i, :T] if saved else ws.proj_big[:T]
         u = ws.u_save[i, :T] if saved else ws.u_big[:T]
         for p in layer.mixer_in:
-            kernels.matmul(p.weight, ws.a[:T], proj[:, p.offset : p.offset + p.weight.rows])
+            out = proj[:, p.offset : p.offset + p.weight.rows]
+            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah[:T])
         ops.dn_conv(proj, layer.conv_w, ws.conv[i], u, ws.row_slot, ws.row_first)
         zo = C + hv * d.ssm_d_state
         z, beta, alpha = proj[:, C:], proj[:, zo:], proj[:, zo + hv :]
@@ -242,7 +248,8 @@ class Forward:
         ws, ops, d = self.ws, self.ops, self.m.dims
         pa = ws.pa[:T]
         for p in layer.mixer_in:
-            kernels.matmul(p.weight, ws.a[:T], pa[:, p.offset : p.offset + p.weight.rows])
+            out = pa[:, p.offset : p.offset + p.weight.rows]
+            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah[:T])
         qw = 2 * d.n_head * d.head_dim
         kf, vf = pa[:, qw:], pa[:, qw + d.n_head_kv * d.head_dim :]
         pool = ws.pool(layer.att_index)
@@ -256,8 +263,17 @@ class Forward:
     def head(self, M: int) -> None:
         """LM head over the M gathered rows (ws.sample_idx) into ws.logits."""
         ws = self.ws
-        self.ops.gather(ws.a, ws.sample_idx[:M], ws.hs[:M])
-        kernels.matmul(self.m.output, ws.hs[:M], ws.logits[:M])
+        self._gather_sampled(M)
+        kernels.matmul(self.m.output, ws.hs[:M], ws.logits[:M], xh=ws.hsh[:M])
+
+    def _gather_sampled(self, M: int) -> None:
+        """The M sampled rows (ws.sample_idx) of ws.a into ws.hs, and of ws.ah into ws.hsh."""
+        import cupy as cp
+
+        ws, idx = self.ws, self.ws.sample_idx[:M]
+        self.ops.gather(ws.a, idx, ws.hs[:M])
+        # the packed rows move as 4-byte words (pairs of halves)
+        self.ops.gather(ws.ah.view(cp.float32), idx, ws.hsh[:M].view(cp.float32))
 
     def draw(self, M: int) -> None:
         ws = self.ws

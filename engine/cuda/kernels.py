@@ -29,8 +29,24 @@ def _check(cond: bool, msg: str) -> None:
         raise LaunchError(msg)
 
 
-def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
-    """y[r][:N] (+)= W x[r][:K].  x: f32 [R][ldx >= K], y: f32 [R][ldy >= N]."""
+def pack_activations(x: Any) -> Any:
+    """x (f32 [R][K], K % 4 == 0) as the products' packed f16 activations: each group of four
+    stored x0 x2 x1 x3 (common.cuh `pack_b`; what rmsnorm and swiglu write beside their f32
+    output). For tests and benchmarks: the forward pass gets them from the producers."""
+    import cupy as cp
+
+    R, K = x.shape
+    return (
+        cp.ascontiguousarray(x.reshape(R, K // 4, 4)[:, :, [0, 2, 1, 3]])
+        .astype(cp.float16)
+        .reshape(R, K)
+    )
+
+
+def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = None) -> None:
+    """y[r][:N] (+)= W x[r][:K].  x: f32 [R][ldx >= K], y: f32 [R][ldy >= N]. xh (optional):
+    the same rows packed as f16 (`pack_activations`), read instead of x by the row kernels
+    (same bits: x is rounded to f16 the same way either way)."""
     R = x.shape[0]
     _check(x.dtype == np.float32 and y.dtype == np.float32, "matmul wants f32 activations")
     _check(
@@ -38,6 +54,14 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
         f"matmul {w.name}: bad shapes {x.shape} {y.shape}",
     )
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
+    if xh is not None:
+        _check(
+            xh.dtype == np.float16 and xh.shape[0] >= R and xh.shape[1] >= w.cols,
+            f"matmul {w.name}: packed activations {xh.dtype} {xh.shape} for {x.shape}",
+        )
+        _check(
+            xh.strides[1] == 2 and xh.strides[0] % 8 == 0, "matmul: xh rows must be 8-byte aligned"
+        )
     if R == 0:
         return
     shape = (_i32(w.rows), _i32(w.cols))
@@ -48,13 +72,29 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False) -> None:
         fn(grid, (128,), (w.planes[0], *shape, *io))
         return
     cfg = build.MATMUL_CONFIG
+    tile = cfg.row_tile(w.ggml_type, R, packed=xh is not None)
+    if tile.packed:
+        io = (xh, _i32(xh.strides[0] // 2), *io[2:])
     args = (*w.pointers(), *shape, *io)
-    tile = cfg.row_tile(w.ggml_type, R)
     fn = build.matmul_module(cfg).get_function(tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles
     grid = (-(-R // tile.rows_per_group), -(-w.rows // tile.rows_per_cta))
     fn(grid, (tile.threads,), args)
+
+
+def _packed_out(yh: Any, y: Any, n: int) -> tuple[Any, Any]:
+    """(pointer, row stride in halves) of an optional packed-f16 output beside y (null: none)."""
+    if yh is None:
+        return np.uint64(0), _i32(0)
+    _check(
+        yh.dtype == np.float16 and yh.shape[0] >= y.shape[0] and yh.shape[1] >= n,
+        f"packed output {yh.dtype} {yh.shape} for {y.shape}",
+    )
+    _check(
+        yh.strides[1] == 2 and yh.strides[0] % 8 == 0, "packed output rows must be 8-byte aligned"
+    )
+    return yh, _i32(yh.strides[0] // 2)
 
 
 def embed(w: GpuWeight, tokens: Any, out: Any) -> None:
@@ -78,20 +118,23 @@ class Ops:
     def _fn(self, name: str) -> Any:
         return self.mod.get_function(name)
 
-    def rmsnorm(self, x: Any, w: Any, y: Any, eps: float, n: int | None = None) -> None:
-        """y[t][:n] = RMSNorm_w(x[t][:n]).  x, y: f32 [T][ld]."""
+    def rmsnorm(self, x: Any, w: Any, y: Any, eps: float, n: int | None = None, yh: Any = None) -> None:  # fmt: skip
+        """y[t][:n] = RMSNorm_w(x[t][:n]).  x, y: f32 [T][ld]; yh (optional): the same values
+        packed for the products (f16 [T][ld'], see `pack_activations`)."""
         n = w.shape[0] if n is None else n
-        self._fn("rmsnorm_rows")(
-            (x.shape[0],),
-            (256,),
-            (x, _i32(x.strides[0] // 4), w, y, _i32(y.strides[0] // 4), _i32(n), np.float32(eps)),
-        )
+        packed = _packed_out(yh, y, n)
+        rows = (x, _i32(x.strides[0] // 4), w, y, _i32(y.strides[0] // 4), *packed)
+        self._fn("rmsnorm_rows")((x.shape[0],), (256,), (*rows, _i32(n), np.float32(eps)))
 
-    def swiglu(self, gu: Any, h: Any) -> None:
-        """h = silu(gu[:, :F]) * gu[:, F:].  gu: f32 [T][2F], h: f32 [T][F]."""
+    def swiglu(self, gu: Any, h: Any, hh: Any = None) -> None:
+        """h = silu(gu[:, :F]) * gu[:, F:].  gu: f32 [T][2F], h: f32 [T][F] (contiguous); hh
+        (optional): h packed for the products (f16 [T][F], contiguous)."""
         T, F = h.shape
+        _check(F % 4 == 0 and h.flags.c_contiguous, "swiglu: h must be contiguous, F % 4 == 0")
+        hp = _packed_out(hh, h, F)
+        _check(hh is None or hp[1] == F, "swiglu: hh must be contiguous")
         self._fn("swiglu_rows")(
-            (min(4096, (T * F + 255) // 256),), (256,), (gu, h, _i32(F), _i32(T))
+            (min(4096, (T * F // 4 + 255) // 256),), (256,), (gu, h, hp[0], _i32(F), _i32(T))
         )
 
     def gather(self, src: Any, idx: Any, dst: Any) -> None:

@@ -47,26 +47,31 @@ OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) 
 // The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
 // (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
 // which is half of why wmat_gemm's results are wmat_rows's bit for bit.
-OJ_DEV uint2 b_pair(const float* __restrict__ X, int ldx, int r, int e, int nrows) {
+// X: f32 rows (ldx in floats), or with XH the same rows as their producer already rounded them
+// (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; ldx in halves), so the
+// fragment is one 8-byte load: no conversions, half the bytes, half the registers for the
+// unrolled loads (bench/NOTES.md v15: products of 4-8 rows 5 % faster).
+template <bool XH>
+OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows) {
     uint2 b = make_uint2(0u, 0u);
     if (r < nrows) {
-        const float4 x = *(const float4*)(X + (size_t)r * ldx + e);
-        b = make_uint2(pack_h2(x.x, x.z), pack_h2(x.y, x.w));
+        if (XH) b = *(const uint2*)((const u16*)X + (size_t)r * ldx + e);
+        else b = pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + e));
     }
     return b;
 }
 
 // The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
-template <class Frag, int MT, int NT>
+template <class Frag, int MT, int NT, bool XH>
 OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
-                           const float* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
+                           const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
         const int e = sb * 256 + Frag::e0(t, c);
         u32 b[NT][2];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const uint2 v = b_pair(X, ldx, 8 * n + gid, e, nrows);
+            const uint2 v = b_pair<XH>(X, ldx, 8 * n + gid, e, nrows);
             b[n][0] = v.x;
             b[n][1] = v.y;
         }
@@ -110,15 +115,15 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
     }
 }
 
-template <class Frag, int MT, int NT>
-OJ_DEV void wmat_rows(const WDesc W, const float* __restrict__ X, int ldx, float* __restrict__ Y,
+template <class Frag, int MT, int NT, bool XH>
+OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
     __shared__ float red[MM_NW][MT * NT * 4][32];  // the cross-warp sum
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.y * 16 * MT;
     const int rbase = blockIdx.x * 8 * NT;
     const int nrows = min(8 * NT, R - rbase);
-    X += (size_t)rbase * ldx;
+    X = (const char*)X + (size_t)rbase * ldx * (XH ? 2 : 4);
     Y += (size_t)rbase * ldy;
 
     float acc[MT][NT][4];
@@ -153,7 +158,7 @@ OJ_DEV void wmat_rows(const WDesc W, const float* __restrict__ X, int ldx, float
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) cur[m][h].prep(t);
-        mma_superblock<Frag, MT, NT>(cur, acc, X, ldx, sb, nrows, gid, t);
+        mma_superblock<Frag, MT, NT, XH>(cur, acc, X, ldx, sb, nrows, gid, t);
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -200,12 +205,12 @@ extern "C" __global__ void __launch_bounds__(128)
     }
 }
 
-#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB)                                                    \
+#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB, XH)                                                \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
-             const float* X, int ldx, float* Y, int ldy, int R, int accumulate) {                 \
+             const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_rows<FRAG, MT, NT>(W, X, ldx, Y, ldy, R, accumulate);                                \
+        wmat_rows<FRAG, MT, NT, XH>(W, X, ldx, Y, ldy, R, accumulate);                            \
     }
 
 // Tilings chosen by bench/decode.py's sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
@@ -213,17 +218,21 @@ extern "C" __global__ void __launch_bounds__(128)
 // two tiles per warp (B fragments shared) above that.
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
-#define OJ_MM_ALL_NT(PREFIX, FRAG)               \
-    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1) \
-    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB)   \
-    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB)   \
-    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB)
+// mm_<type>_<NT> take f32 activations, mmh_<type>_<NT> packed f16 ones (b_pair).
+#define OJ_MM_NT(PREFIX, FRAG, XH)                          \
+    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XH) \
+    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XH)   \
+    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XH)   \
+    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XH)
+#define OJ_MM_ALL_NT(TYPE, FRAG)     \
+    OJ_MM_NT(mm_##TYPE, FRAG, false) \
+    OJ_MM_NT(mmh_##TYPE, FRAG, true)
 
-OJ_MM_ALL_NT(mm_q4_k, FragQ4K)
-OJ_MM_ALL_NT(mm_q5_k, FragQ5K)
-OJ_MM_ALL_NT(mm_q6_k, FragQ6K)
-OJ_MM_ALL_NT(mm_q8_0, FragQ8_0)
-OJ_MM_ALL_NT(mm_f16, FragF16)
+OJ_MM_ALL_NT(q4_k, FragQ4K)
+OJ_MM_ALL_NT(q5_k, FragQ5K)
+OJ_MM_ALL_NT(q6_k, FragQ6K)
+OJ_MM_ALL_NT(q8_0, FragQ8_0)
+OJ_MM_ALL_NT(f16, FragF16)
 
 // Many rows (prefill): a tiled product. A CTA of GM warps owns 16*GM weight rows (GM m-tiles)
 // x 64 activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into
@@ -301,7 +310,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
                     const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
                     for (int cc = 0; cc < 8; ++cc)
-                        Bs[n][cc][lane] = b_pair(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
+                        Bs[n][cc][lane] = b_pair<false>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
                 }
                 __syncthreads();
 #pragma unroll

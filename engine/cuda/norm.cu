@@ -3,9 +3,10 @@
 #include "common.cuh"
 
 // y[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]; one CTA per row. n % 4 == 0, 16-byte aligned rows.
+// yh (may be null): the same values packed for the products (`pack_b`: f16, x0 x2 x1 x3).
 // float4 loads, unrolled, so the row's loads are in flight together (a single row is
 // latency-bound otherwise: ~8 us per norm instead of ~3).
-OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, int n, float eps,
+OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, uint2* yh, int n, float eps,
                         float* scratch) {
     const float4* x4 = (const float4*)x;
     const float4* w4 = (const float4*)w;
@@ -21,25 +22,36 @@ OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, int n, float e
 #pragma unroll 8
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
         const float4 v = x4[i], g = w4[i];
-        y4[i] = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+        const float4 r = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+        y4[i] = r;
+        if (yh) yh[i] = pack_b(r);
     }
 }
 
+// ldyh: row stride of yh in halves (yh null: no packed copy)
 extern "C" __global__ void rmsnorm_rows(const float* x, int ldx, const float* w, float* y, int ldy,
-                                        int n, float eps) {
+                                        u16* yh, int ldyh, int n, float eps) {
     __shared__ float scratch[32];
-    rmsnorm_row(x + (size_t)blockIdx.x * ldx, w, y + (size_t)blockIdx.x * ldy, n, eps, scratch);
+    uint2* yh_row = yh ? (uint2*)(yh + (size_t)blockIdx.x * ldyh) : nullptr;
+    rmsnorm_row(x + (size_t)blockIdx.x * ldx, w, y + (size_t)blockIdx.x * ldy, yh_row, n, eps,
+                scratch);
 }
 
 // h[t][i] = silu(gu[t][i]) * gu[t][F + i]   (gate in the first F columns, up in the next F)
-//   gu: f32 [T][2F], h: f32 [T][F]
-extern "C" __global__ void swiglu_rows(const float* gu, float* h, int F, int T) {
-    const size_t n = (size_t)T * F;
+//   gu: f32 [T][2F], h: f32 [T][F], hh (may be null): h packed for the products (`pack_b`,
+//   f16 [T][F]); F % 4 == 0, four elements per thread
+extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int F, int T) {
+    const int F4 = F >> 2;
+    const size_t n = (size_t)T * F4;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = idx / F, i = idx % F;
-        const float g = gu[t * 2 * F + i], u = gu[t * 2 * F + F + i];
-        h[idx] = silu_f(g) * u;
+        const size_t t = idx / F4, i = idx % F4;
+        const float4 g = ((const float4*)(gu + t * 2 * F))[i];
+        const float4 u = ((const float4*)(gu + t * 2 * F + F))[i];
+        const float4 r = make_float4(silu_f(g.x) * u.x, silu_f(g.y) * u.y, silu_f(g.z) * u.z,
+                                     silu_f(g.w) * u.w);
+        ((float4*)h)[idx] = r;
+        if (hh) ((uint2*)hh)[idx] = pack_b(r);
     }
 }
 

@@ -88,6 +88,54 @@ def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int, tile: 
     assert cp.array_equal(a0, a1)
 
 
+@pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16, weights.F32])
+@pytest.mark.parametrize("n_rows", [1, 4, 9, 20, 32, 130])
+def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) -> None:
+    """The row kernels reading packed f16 activations (mmh_*) give the f32-input kernels'
+    results bit for bit, accumulate on and off; the tiled kernel and the f32 kernel ignore xh
+    (poisoned here, so reading it would show)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(70 + 10 * ggml_type + n_rows)
+    w, _ = _weight(ggml_type, 72, 256 * 5, int(rng.integers(1 << 30)))
+    x = cp.asarray(rng.standard_normal((n_rows, 256 * 5)).astype(np.float32))
+    uses_rows = ggml_type != weights.F32 and n_rows < build.MATMUL_CONFIG.gemm_min_rows
+    xh = kernels.pack_activations(x) if uses_rows else cp.full(x.shape, np.nan, cp.float16)
+    base = cp.asarray(rng.standard_normal((n_rows, 72)).astype(np.float32))
+    out = []
+    for packed in (None, xh):
+        y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
+        kernels.matmul(w, x, y, xh=packed)
+        acc = base.copy()
+        kernels.matmul(w, x, acc, accumulate=True, xh=packed)
+        out.append((y, acc))
+    (y0, a0), (y1, a1) = out
+    assert bool(cp.isfinite(y0).all())
+    assert cp.array_equal(y0, y1)
+    assert cp.array_equal(a0, a1)
+
+
+def test_pack_activations_layout() -> None:
+    """Each group of four stored x0 x2 x1 x3, rounded to nearest f16."""
+    import cupy as cp
+
+    x = cp.arange(8, dtype=cp.float32).reshape(1, 8) + 0.1
+    packed = cp.asnumpy(kernels.pack_activations(x))
+    want = np.array([[0.1, 2.1, 1.1, 3.1, 4.1, 6.1, 5.1, 7.1]], dtype=np.float16)
+    assert packed.tolist() == want.tolist()
+
+
+def test_matmul_rejects_misshapen_packed_activations() -> None:
+    import cupy as cp
+
+    w, _ = _weight(weights.Q4_K, 32, 512, 1)
+    x, y = cp.zeros((2, 512), cp.float32), cp.zeros((2, 32), cp.float32)
+    with pytest.raises(ValueError, match="packed"):
+        kernels.matmul(w, x, y, xh=cp.zeros((2, 256), cp.float16))
+    with pytest.raises(ValueError, match="packed"):
+        kernels.matmul(w, x, y, xh=cp.zeros((2, 512), cp.float32))
+
+
 @pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K])
 def test_matmul_accumulates_into_output(ggml_type: int) -> None:
     import cupy as cp

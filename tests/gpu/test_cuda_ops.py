@@ -54,6 +54,38 @@ def test_rmsnorm_and_swiglu() -> None:
     assert _rel(cp.asnumpy(h), silu(gu[:, :384]) * gu[:, 384:]) < 1e-5
 
 
+def test_rmsnorm_and_swiglu_packed_outputs_are_their_f32_outputs_packed() -> None:
+    """The packed f16 copies the products read (kernels.pack_activations) beside the f32
+    outputs: the same values, same rounding; the f32 outputs unchanged by asking for them.
+    A norm over the first 512 of 768 columns (n < row width) leaves the rest unwritten."""
+    import cupy as cp
+
+    from engine.cuda.kernels import pack_activations
+
+    ops = Ops(SMALL)
+    rng = np.random.default_rng(2)
+    x = _dev(rng.standard_normal((7, 768)).astype(np.float32) * 3)
+    w = _dev(rng.standard_normal(768).astype(np.float32))
+    y0, y1 = (cp.full((7, 768), np.nan, dtype=cp.float32) for _ in range(2))
+    yh = cp.full((7, 768), np.nan, dtype=cp.float16)
+    ops.rmsnorm(x, w, y0, EPS)
+    ops.rmsnorm(x, w, y1, EPS, yh=yh)
+    assert cp.array_equal(y0, y1)
+    assert cp.array_equal(yh, pack_activations(y1))
+    yp = cp.full((7, 768), np.nan, dtype=cp.float32)
+    part = cp.full((7, 768), np.nan, dtype=cp.float16)
+    ops.rmsnorm(x, w[:512], yp, EPS, n=512, yh=part)
+    assert cp.array_equal(part[:, :512], pack_activations(cp.ascontiguousarray(yp[:, :512])))
+    assert bool(cp.isnan(part[:, 512:]).all())
+    gu = _dev(rng.standard_normal((5, 2 * 384)).astype(np.float32))
+    h0, h1 = (cp.full((5, 384), np.nan, dtype=cp.float32) for _ in range(2))
+    hh = cp.full((5, 384), np.nan, dtype=cp.float16)
+    ops.swiglu(gu, h0)
+    ops.swiglu(gu, h1, hh)
+    assert cp.array_equal(h0, h1)
+    assert cp.array_equal(hh, pack_activations(h1))
+
+
 @pytest.mark.parametrize("dims,hv", [(SMALL, 4), (BIG, 6)])
 def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int) -> None:
     """Two segments: slot 1 commits its 3 rows; slot 3 runs 5 rows without writing its state,
