@@ -127,7 +127,7 @@ class Tile:
     rows_per_group: int
     rows_per_cta: int
     threads: int
-    packed: bool = False  # the kernel reads packed f16 activations (mmh_*)
+    packed: bool = False  # the kernel reads packed f16 activations (mmh_*, mmgh_*, mmg8h_*)
 
 
 @dataclass(frozen=True)
@@ -156,15 +156,15 @@ class MatmulConfig:
 
     def row_tile(self, ggml_type: int, n_rows: int, packed: bool = False) -> Tile:
         """The kernel of a product of n_rows activation rows and how it tiles the rows; packed:
-        packed f16 activations are at hand (the row kernels read them; wmat_gemm does not)."""
+        read packed f16 activations (kernels.pack_activations) instead of f32 ones."""
         name = TYPE_NAMES[ggml_type]
+        h = "h" if packed else ""
         if self.gemm and n_rows >= self.gemm_min_rows:
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
-            return Tile(f"{prefix}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile)
+            return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
         nt = min(MAX_NT, (n_rows + 7) // 8)
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt)
-        prefix = "mmh" if packed else "mm"
-        return Tile(f"{prefix}_{name}_{nt}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
+        return Tile(f"mm{h}_{name}_{nt}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
 
 
 MATMUL_CONFIG = MatmulConfig()

@@ -45,8 +45,8 @@ def pack_activations(x: Any) -> Any:
 
 def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = None) -> None:
     """y[r][:N] (+)= W x[r][:K].  x: f32 [R][ldx >= K], y: f32 [R][ldy >= N]. xh (optional):
-    the same rows packed as f16 (`pack_activations`), read instead of x by the row kernels
-    (same bits: x is rounded to f16 the same way either way)."""
+    the same rows packed as f16 (`pack_activations`), read instead of x by every kernel but
+    the exact f32 one (same results: x is rounded to f16 the same way either way)."""
     R = x.shape[0]
     _check(x.dtype == np.float32 and y.dtype == np.float32, "matmul wants f32 activations")
     _check(

@@ -261,8 +261,8 @@ OJ_DEV void tiles_add(GemmTiles& total, const GemmTiles& a) {
             for (int q = 0; q < 4; ++q) total[i][j][q] += a[i][j][q];
 }
 
-template <class Frag, int GM>
-OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float* __restrict__ Y,
+template <class Frag, int GM, bool XH>
+OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
     __shared__ uint4 As[GM][8][32];  // [m-tile][chunk of the half][lane]: a0 a1 a2 a3
     __shared__ uint2 Bs[8][8][32];   // [n-tile][chunk of the half][lane]: b0 b1
@@ -271,7 +271,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
     const int row0 = blockIdx.y * 16 * GM;
     const int rbase = blockIdx.x * 64;
     const int nrows = min(64, R - rbase);
-    X += (size_t)rbase * ldx;
+    X = (const char*)X + (size_t)rbase * ldx * (XH ? 2 : 4);
     Y += (size_t)rbase * ldy;
 
     GemmTiles total, acc;
@@ -310,7 +310,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
                     const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
                     for (int cc = 0; cc < 8; ++cc)
-                        Bs[n][cc][lane] = b_pair<false>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
+                        Bs[n][cc][lane] = b_pair<XH>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
                 }
                 __syncthreads();
 #pragma unroll
@@ -351,17 +351,20 @@ OJ_DEV void wmat_gemm(const WDesc W, const float* __restrict__ X, int ldx, float
 }
 
 // mmg_*: 64 weight rows per CTA (4 warps, 2 CTAs/SM); mmg8_*: 128 (8 warps, X read half as
-// often, 48 KiB of shared memory).
-#define OJ_MMG_KERNEL(NAME, FRAG, GM, MINB)                                                       \
+// often, 48 KiB of shared memory). mmgh_* / mmg8h_*: the same on packed f16 activations (every
+// CTA reads its 64 activation rows whole: from L2, 2 instead of 4 bytes per element).
+#define OJ_MMG_KERNEL(NAME, FRAG, GM, MINB, XH)                                                   \
     extern "C" __global__ void __launch_bounds__(32 * GM, MINB)                                   \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
-             const float* X, int ldx, float* Y, int ldy, int R, int accumulate) {                 \
+             const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_gemm<FRAG, GM>(W, X, ldx, Y, ldy, R, accumulate);                                    \
+        wmat_gemm<FRAG, GM, XH>(W, X, ldx, Y, ldy, R, accumulate);                                \
     }
-#define OJ_MMG_BOTH(NAME, FRAG)                \
-    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 2)      \
-    OJ_MMG_KERNEL(mmg8_##NAME, FRAG, 8, 1)
+#define OJ_MMG_BOTH(NAME, FRAG)                   \
+    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 2, false)  \
+    OJ_MMG_KERNEL(mmg8_##NAME, FRAG, 8, 1, false) \
+    OJ_MMG_KERNEL(mmgh_##NAME, FRAG, 4, 2, true)  \
+    OJ_MMG_KERNEL(mmg8h_##NAME, FRAG, 8, 1, true)
 
 OJ_MMG_BOTH(q4_k, FragQ4K)
 OJ_MMG_BOTH(q5_k, FragQ5K)

@@ -91,28 +91,34 @@ def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int, tile: 
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16, weights.F32])
 @pytest.mark.parametrize("n_rows", [1, 4, 9, 20, 32, 130])
 def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) -> None:
-    """The row kernels reading packed f16 activations (mmh_*) give the f32-input kernels'
-    results bit for bit, accumulate on and off; the tiled kernel and the f32 kernel ignore xh
-    (poisoned here, so reading it would show)."""
+    """The kernels reading packed f16 activations (mmh_*, and from 128 rows mmgh_* / mmg8h_*)
+    give the f32-input kernels' results bit for bit, accumulate on and off; the exact f32
+    kernel ignores xh (poisoned there, so reading it would show)."""
     import cupy as cp
 
     rng = np.random.default_rng(70 + 10 * ggml_type + n_rows)
     w, _ = _weight(ggml_type, 72, 256 * 5, int(rng.integers(1 << 30)))
     x = cp.asarray(rng.standard_normal((n_rows, 256 * 5)).astype(np.float32))
-    uses_rows = ggml_type != weights.F32 and n_rows < build.MATMUL_CONFIG.gemm_min_rows
-    xh = kernels.pack_activations(x) if uses_rows else cp.full(x.shape, np.nan, cp.float16)
+    reads_packed = ggml_type != weights.F32
+    xh = kernels.pack_activations(x) if reads_packed else cp.full(x.shape, np.nan, cp.float16)
     base = cp.asarray(rng.standard_normal((n_rows, 72)).astype(np.float32))
-    out = []
-    for packed in (None, xh):
-        y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
-        kernels.matmul(w, x, y, xh=packed)
-        acc = base.copy()
-        kernels.matmul(w, x, acc, accumulate=True, xh=packed)
-        out.append((y, acc))
-    (y0, a0), (y1, a1) = out
-    assert bool(cp.isfinite(y0).all())
-    assert cp.array_equal(y0, y1)
-    assert cp.array_equal(a0, a1)
+    saved = build.MATMUL_CONFIG
+    try:
+        for tile in (64, 128):
+            build.MATMUL_CONFIG = build.MatmulConfig(gemm_tile=tile)
+            out = []
+            for packed in (None, xh):
+                y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
+                kernels.matmul(w, x, y, xh=packed)
+                acc = base.copy()
+                kernels.matmul(w, x, acc, accumulate=True, xh=packed)
+                out.append((y, acc))
+            (y0, a0), (y1, a1) = out
+            assert bool(cp.isfinite(y0).all())
+            assert cp.array_equal(y0, y1), f"gemm tile {tile}"
+            assert cp.array_equal(a0, a1), f"gemm tile {tile}"
+    finally:
+        build.MATMUL_CONFIG = saved
 
 
 def test_pack_activations_layout() -> None:
