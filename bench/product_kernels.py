@@ -1,15 +1,18 @@
 """Launch a few weight products of the 27B shape once each, for a profiler to read their
 hardware counters (the device has Nsight Compute):
 
-  ncu --clock-control none -k regex:mm_ --section SpeedOfLight --section WarpStateStats \
-      python3 bench/product_kernels.py
+  ncu --clock-control none -k regex:mm --section SpeedOfLight --section WarpStateStats \
+      python3 bench/product_kernels.py [--rows 1,4,12]
 
 Products: ffn_gate+up (Q4_K, 34816 x 5120), ffn_down (Q6_K, 5120 x 17408) and ssm_out (Q4_K,
-5120 x 6144), each at 1, 4 and 12 activation rows (random weights made on the GPU).
+5120 x 6144), each at 1, 4 and 12 activation rows (random weights made on the GPU). The first
+two read packed f16 activations (mmh_* kernels), as in the forward pass; ssm_out's input comes
+from the DeltaNet kernels in f32 only (mm_* kernels).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -19,24 +22,28 @@ sys.path.insert(0, str(ROOT))
 from bench.common import require_gpu  # noqa: E402
 from engine.cuda import kernels, weights  # noqa: E402
 
-PRODUCTS = [
-    ("ffn_gate+up", weights.Q4_K, 34816, 5120),
-    ("ffn_down", weights.Q6_K, 5120, 17408),
-    ("ssm_out", weights.Q4_K, 5120, 6144),
+PRODUCTS = [  # name, format, rows, cols, packed activations
+    ("ffn_gate+up", weights.Q4_K, 34816, 5120, True),
+    ("ffn_down", weights.Q6_K, 5120, 17408, True),
+    ("ssm_out", weights.Q4_K, 5120, 6144, False),
 ]
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,4,12", help="activation row counts")
+    args = parser.parse_args()
     require_gpu("bench/product_kernels.py")
     import cupy as cp
 
-    for name, gtype, rows, cols in PRODUCTS:
+    for name, gtype, rows, cols, packed in PRODUCTS:
         w = weights.random_weight(name, gtype, rows, cols, seed=rows)
-        for n_rows in (1, 4, 12):
+        for n_rows in (int(r) for r in args.rows.split(",")):
             x = cp.random.default_rng(n_rows).standard_normal((n_rows, cols), dtype=cp.float32)
+            xh = kernels.pack_activations(x) if packed else None
             y = cp.empty((n_rows, rows), dtype=cp.float32)
-            kernels.matmul(w, x, y)  # compile and warm up (ncu -k regex:mm_ sees both launches)
-            kernels.matmul(w, x, y)
+            kernels.matmul(w, x, y, xh=xh)  # compile and warm up (ncu -k regex:mm sees both)
+            kernels.matmul(w, x, y, xh=xh)
             cp.cuda.Device().synchronize()
             print(f"{name} {rows}x{cols} rows={n_rows}", flush=True)
     return 0
