@@ -131,6 +131,7 @@ class Ops:
         (optional): h packed for the products (f16 [T][F], contiguous)."""
         T, F = h.shape
         _check(F % 4 == 0 and h.flags.c_contiguous, "swiglu: h must be contiguous, F % 4 == 0")
+        _check(gu.shape == (T, 2 * F) and gu.flags.c_contiguous, "swiglu: gu must be [T][2F]")
         hp = _packed_out(hh, h, F)
         _check(hh is None or hp[1] == F, "swiglu: hh must be contiguous")
         self._fn("swiglu_rows")(
