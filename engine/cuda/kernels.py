@@ -54,14 +54,7 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
         f"matmul {w.name}: bad shapes {x.shape} {y.shape}",
     )
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
-    if xh is not None:
-        _check(
-            xh.dtype == np.float16 and xh.shape[0] >= R and xh.shape[1] >= w.cols,
-            f"matmul {w.name}: packed activations {xh.dtype} {xh.shape} for {x.shape}",
-        )
-        _check(
-            xh.strides[1] == 2 and xh.strides[0] % 8 == 0, "matmul: xh rows must be 8-byte aligned"
-        )
+    packed = _packed(xh, R, w.cols, f"matmul {w.name}")
     if R == 0:
         return
     shape = (_i32(w.rows), _i32(w.cols))
@@ -74,7 +67,7 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
     cfg = build.MATMUL_CONFIG
     tile = cfg.row_tile(w.ggml_type, R, packed=xh is not None)
     if tile.packed:
-        io = (xh, _i32(xh.strides[0] // 2), *io[2:])
+        io = (*packed, *io[2:])
     args = (*w.pointers(), *shape, *io)
     fn = build.matmul_module(cfg).get_function(tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
@@ -83,18 +76,20 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
     fn(grid, (tile.threads,), args)
 
 
-def _packed_out(yh: Any, y: Any, n: int) -> tuple[Any, Any]:
-    """(pointer, row stride in halves) of an optional packed-f16 output beside y (null: none)."""
-    if yh is None:
+def _packed(arr: Any, rows: int, cols: int, what: str) -> tuple[Any, Any]:
+    """(pointer, row stride in halves) of an optional buffer of packed f16 activations
+    (`pack_activations`) of at least rows x cols, checked; (null, 0) for None."""
+    if arr is None:
         return np.uint64(0), _i32(0)
     _check(
-        yh.dtype == np.float16 and yh.shape[0] >= y.shape[0] and yh.shape[1] >= n,
-        f"packed output {yh.dtype} {yh.shape} for {y.shape}",
+        arr.dtype == np.float16 and arr.shape[0] >= rows and arr.shape[1] >= cols,
+        f"{what}: packed activations {arr.dtype} {arr.shape}, need f16 [{rows}][{cols}]",
     )
     _check(
-        yh.strides[1] == 2 and yh.strides[0] % 8 == 0, "packed output rows must be 8-byte aligned"
+        arr.strides[1] == 2 and arr.strides[0] % 8 == 0,
+        f"{what}: packed activation rows must be 8-byte aligned",
     )
-    return yh, _i32(yh.strides[0] // 2)
+    return arr, _i32(arr.strides[0] // 2)
 
 
 def embed(w: GpuWeight, tokens: Any, out: Any) -> None:
@@ -122,7 +117,7 @@ class Ops:
         """y[t][:n] = RMSNorm_w(x[t][:n]).  x, y: f32 [T][ld]; yh (optional): the same values
         packed for the products (f16 [T][ld'], see `pack_activations`)."""
         n = w.shape[0] if n is None else n
-        packed = _packed_out(yh, y, n)
+        packed = _packed(yh, y.shape[0], n, "rmsnorm")
         rows = (x, _i32(x.strides[0] // 4), w, y, _i32(y.strides[0] // 4), *packed)
         self._fn("rmsnorm_rows")((x.shape[0],), (256,), (*rows, _i32(n), np.float32(eps)))
 
@@ -132,7 +127,7 @@ class Ops:
         T, F = h.shape
         _check(F % 4 == 0 and h.flags.c_contiguous, "swiglu: h must be contiguous, F % 4 == 0")
         _check(gu.shape == (T, 2 * F) and gu.flags.c_contiguous, "swiglu: gu must be [T][2F]")
-        hp = _packed_out(hh, h, F)
+        hp = _packed(hh, T, F, "swiglu")
         _check(hh is None or hp[1] == F, "swiglu: hh must be contiguous")
         self._fn("swiglu_rows")(
             (min(4096, (T * F // 4 + 255) // 256),), (256,), (gu, h, hp[0], _i32(F), _i32(T))
