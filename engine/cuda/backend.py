@@ -221,8 +221,7 @@ class CudaBackend:
         sample_rows: list[tuple[SlotStep, int, int]] = []  # (step, row in step, row in pass)
         for i, (s, a, b) in enumerate(group):
             start = len(tok)
-            for copy in self._pool.extend(s.slot, s.start_pos + b):
-                ws.copy_page(copy.src, copy.dst, copy.n_tokens, self._pool.page_size)
+            self._extend(s.slot, s.start_pos + b)
             tok += s.tokens[a:b]
             pos += range(s.start_pos + a, s.start_pos + b)
             rslot += [s.slot] * (b - a)
@@ -342,10 +341,15 @@ class CudaBackend:
             for slot, drafts in self._mtp.drafts(wants, lengths, self.n_ctx).items():
                 results[slot].drafts = drafts
 
-    def _borrow(self, slot: int, length: int) -> None:
-        """The slot's pages cover `length` positions, on the device too (MTP drafts)."""
+    def _extend(self, slot: int, length: int) -> None:
+        """The slot's pages cover `length` positions (copy-on-write pages copied on the device;
+        the page table is copied with the pass's metadata)."""
         for copy in self._pool.extend(slot, length):
             self.ws.copy_page(copy.src, copy.dst, copy.n_tokens, self._pool.page_size)
+
+    def _borrow(self, slot: int, length: int) -> None:
+        """_extend, and the page table on the device at once (MTP drafts, between passes)."""
+        self._extend(slot, length)
         self._sync_page_table()
 
     def _replay(self, replay: list[tuple[int, SlotStep, int]]) -> None:
