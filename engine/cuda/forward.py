@@ -30,26 +30,10 @@ class Layout:
     saved: bool  # DeltaNet inputs kept per layer (T <= t_save) for a replay
 
 
-class _MetaHost:
-    """Host views of Workspace.meta_host, named like the device views (row_tok, ...)."""
+class MetaViews:
+    """Named views of a step's metadata buffer (set by Workspace): the device buffer's are the
+    Workspace's own attributes, the pinned host buffer's a MetaViews of their own."""
 
-    row_tok: np.ndarray
-    row_pos: np.ndarray
-    row_slot: np.ndarray
-    row_first: np.ndarray
-    seg: np.ndarray
-    sample_idx: np.ndarray
-    fparams: np.ndarray
-    iparams: np.ndarray
-    pen_off: np.ndarray
-    pen_tok: np.ndarray
-    pen_cnt: np.ndarray
-
-
-class Workspace:
-    """Every device buffer of the step (shapes in comments; E = n_embd, C = conv channels)."""
-
-    # views of `meta`, the per-step metadata (set in __init__)
     row_tok: Any
     row_pos: Any
     row_slot: Any
@@ -61,6 +45,10 @@ class Workspace:
     pen_off: Any
     pen_tok: Any
     pen_cnt: Any
+
+
+class Workspace(MetaViews):
+    """Every device buffer of the step (shapes in comments; E = n_embd, C = conv channels)."""
 
     def __init__(self, model: CudaModel, n_slots: int, kv_tokens: int, page_size: int, max_rows: int, max_sample: int, t_save: int = 64) -> None:  # fmt: skip
         import cupy as cp
@@ -125,7 +113,7 @@ class Workspace:
         size = sum(int(np.prod(shape)) for shape in fields.values())
         self.meta = cp.zeros(size, i32)
         self.meta_host = cupyx.zeros_pinned(size, np.int32)
-        self._host = _MetaHost()
+        self._host = MetaViews()
         self._meta_copied = cp.cuda.Event(disable_timing=True)
         offset = 0
         for name, shape in fields.items():
@@ -137,7 +125,7 @@ class Workspace:
             setattr(self._host, name, host.reshape(shape))
             offset += n
 
-    def host_meta(self) -> _MetaHost:
+    def host_meta(self) -> MetaViews:
         """The pinned host metadata buffer, to be written for the next pass. Waits until the
         previous upload has left it: that copy is asynchronous and runs only when the stream
         reaches it, and a host that queues prefill passes without reading anything back would
