@@ -362,16 +362,12 @@ def main() -> int:
             f"copy bandwidth {bw / 1e12:.3f} TB/s; weights {total / 1e9:.2f} GB; floor {floor * 1e3:.3f} ms",
             flush=True,
         )
-        if args.row_variants:
+        if args.row_variants:  # a sweep alone, then stop
             info["row_variants"] = matmul_variants(model, [1, 4, 8, 12, 16], floor, ROW_VARIANTS)
-            if args.json:
-                args.json.write_text(json.dumps(info, indent=2))
-            return 0
+            return save(info, args.json)
         if args.variants:
             info["variants"] = matmul_variants(model, [33, 64, 128, 256, 512], floor, VARIANTS)
-            if args.json:
-                args.json.write_text(json.dumps(info, indent=2))
-            return 0
+            return save(info, args.json)
         backend = CudaBackend(model, n_slots=8, kv_tokens=131072, max_rows=512)
         if args.products:
             info["products"] = product_classes(model, [1, 4, 12])
@@ -446,8 +442,13 @@ def main() -> int:
                 flush=True,
             )
         info["weight_pass"] = rows_table
-    if args.json:
-        args.json.write_text(json.dumps(info, indent=2))
+    return save(info, args.json)
+
+
+def save(info: dict[str, Any], path: Path | None) -> int:
+    """The run's results as JSON at path (if given); the exit status."""
+    if path:
+        path.write_text(json.dumps(info, indent=2))
     return 0
 
 
