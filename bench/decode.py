@@ -244,8 +244,8 @@ VARIANTS: list[dict[str, Any]] = [
 # changes the sum order)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
-    {"mt": 1, "min_blocks": 3},  # 9-32 rows: one m-tile per warp, 3 CTAs/SM (no spills)
-    {"min_blocks1": 3},  # the third session's one-row-tile occupancy
+    {"deep_narrow": False},  # narrow products on the plain single-n-tile kernel (before v16)
+    {"min_blocks1d": 2},  # the deep kernels with more registers
 ]
 
 

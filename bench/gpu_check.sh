@@ -3,8 +3,8 @@
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
 #   tests | bench | all | variants   GPU tests / bench/decode.py (carry: .whl)
 #   pending                          what a branch of unverified GPU work needs in one call (~9
-#                                    min): the GPU tests, bench/step_host.py, bench/decode.py
-#                                    --step, and OpenJet's server
+#                                    min): the GPU tests, bench/decode.py --step --row-variants
+#                                    and --step, and OpenJet's server
 #                                    (bench/parallel.py --engines openjet; carry: .whl)
 #   vs-llamacpp                      bench/vs_llamacpp.py: llama.cpp CUDA build (~5 min, in the
 #                                    background) + the 27B GGUF + both sides (carry: .whl .device-carry)
@@ -56,7 +56,7 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
 fi
 if [ "$MODE" = pending ]; then
   timeout 160 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
-  timeout 60 python3 bench/step_host.py --json "$OUT/step_host.json" 2>&1 | tee "$OUT/step_host.log" | tail -3
+  timeout 100 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant
   timeout 240 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
   timeout 185 python3 bench/parallel.py --engines openjet --budget 170 --json "$OUT/parallel_openjet.json" 2>&1 | tee "$OUT/parallel.log" | grep "goal\|per agent\|fraction\|first token"
 fi

@@ -141,6 +141,10 @@ class MatmulConfig:
     min_blocks: int = 2  # launch-bounds occupancy hint (caps registers)
     mt1: int = 1
     min_blocks1: int = 4
+    # narrow products (their single-n-tile grid fits in one wave at min_blocks1d CTAs per SM)
+    # run the `_1d` kernels: two super-blocks in flight per warp, more registers
+    deep_narrow: bool = True
+    min_blocks1d: int = 3
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
@@ -152,11 +156,15 @@ class MatmulConfig:
             f"-DMM_MINB={self.min_blocks}",
             f"-DMM_MT1={self.mt1}",
             f"-DMM_MINB1={self.min_blocks1}",
+            f"-DMM_MINB1D={self.min_blocks1d}",
         )
 
-    def row_tile(self, ggml_type: int, n_rows: int, packed: bool = False) -> Tile:
+    def row_tile(
+        self, ggml_type: int, n_rows: int, packed: bool = False, n_out: int = 0, n_sm: int = 0
+    ) -> Tile:
         """The kernel of a product of n_rows activation rows and how it tiles the rows; packed:
-        read packed f16 activations (kernels.pack_activations) instead of f32 ones."""
+        read packed f16 activations (kernels.pack_activations) instead of f32 ones; n_out (the
+        weight's rows) and n_sm (the GPU's SMs) pick the deep kernel for narrow products."""
         name = TYPE_NAMES[ggml_type]
         h = "h" if packed else ""
         if self.gemm and n_rows >= self.gemm_min_rows:
@@ -164,7 +172,10 @@ class MatmulConfig:
             return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
         nt = min(MAX_NT, (n_rows + 7) // 8)
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt)
-        return Tile(f"mm{h}_{name}_{nt}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
+        ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
+        deep = nt == 1 and self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
+        suffix = "d" if deep else ""
+        return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
 
 
 MATMUL_CONFIG = MatmulConfig()

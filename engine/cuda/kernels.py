@@ -5,6 +5,7 @@ argument is a contiguous cupy array; shapes are written next to each function.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
         fn(grid, (128,), (w.planes[0], *shape, *io))
         return
     cfg = build.MATMUL_CONFIG
-    tile = cfg.row_tile(w.ggml_type, R, packed=xh is not None)
+    tile = cfg.row_tile(w.ggml_type, R, xh is not None, w.rows, _sm_count())
     if tile.packed:
         io = (*packed, *io[2:])
     args = (*w.pointers(), *shape, *io)
@@ -74,6 +75,13 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
     # the first); y: weight tiles
     grid = (-(-R // tile.rows_per_group), -(-w.rows // tile.rows_per_cta))
     fn(grid, (tile.threads,), args)
+
+
+@cache
+def _sm_count() -> int:
+    import cupy as cp
+
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
 
 def _packed(arr: Any, rows: int, cols: int, what: str) -> tuple[Any, Any]:

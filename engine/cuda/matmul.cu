@@ -35,6 +35,9 @@
 #ifndef MM_MINB1
 #define MM_MINB1 4
 #endif
+#ifndef MM_MINB1D
+#define MM_MINB1D 3  // the deep single-n-tile kernels (_1d) for narrow products
+#endif
 
 OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
@@ -115,7 +118,7 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
     }
 }
 
-template <class Frag, int MT, int NT, bool XH>
+template <class Frag, int MT, int NT, bool XH, int DEPTH>
 OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
     __shared__ float red[MM_NW][MT * NT * 4][32];  // the cross-warp sum
@@ -135,34 +138,41 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
             for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 
     const int nsb = W.cols >> 8;
-    // Software pipeline: the next super-block's raw blocks are in flight while this one is
-    // dequantized and multiplied (the loop is latency-bound otherwise).
-    Frag cur[MT][2], nxt[MT][2];
-    int sb = warp;
-    if (sb < nsb) {
+    // Software pipeline: the raw blocks of this warp's next DEPTH super-blocks are in flight
+    // while this one is dequantized and multiplied (the loop is latency-bound otherwise).
+    // ring[0] is the current super-block, ring[d] the one d steps ahead.
+    Frag ring[DEPTH + 1][MT][2];
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                cur[m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1), sb, t);
-    }
-    for (; sb < nsb; sb += MM_NW) {
-        if (sb + MM_NW < nsb) {
+    for (int d = 0; d < DEPTH; ++d) {
+        if (warp + d * MM_NW < nsb) {
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    nxt[m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1), sb + MM_NW, t);
+                    ring[d][m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1),
+                                       warp + d * MM_NW, t);
+        }
+    }
+    for (int sb = warp; sb < nsb; sb += MM_NW) {
+        if (sb + DEPTH * MM_NW < nsb) {
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    ring[DEPTH][m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1),
+                                           sb + DEPTH * MM_NW, t);
         }
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) cur[m][h].prep(t);
-        mma_superblock<Frag, MT, NT, XH>(cur, acc, X, ldx, sb, nrows, gid, t);
+            for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
+        mma_superblock<Frag, MT, NT, XH>(ring[0], acc, X, ldx, sb, nrows, gid, t);
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
+        for (int d = 0; d < DEPTH; ++d)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) cur[m][h] = nxt[m][h];
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) ring[d][m][h] = ring[d + 1][m][h];
     }
 
     reduce_store<MT, NT>(&red[0][0][0], acc, W.rows, Y, ldy, row0, nrows, accumulate);
@@ -205,12 +215,12 @@ extern "C" __global__ void __launch_bounds__(128)
     }
 }
 
-#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB, XH)                                                \
+#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB, XH, DEPTH)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_rows<FRAG, MT, NT, XH>(W, X, ldx, Y, ldy, R, accumulate);                            \
+        wmat_rows<FRAG, MT, NT, XH, DEPTH>(W, X, ldx, Y, ldy, R, accumulate);                     \
     }
 
 // Tilings chosen by bench/decode.py's sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
@@ -219,11 +229,16 @@ extern "C" __global__ void __launch_bounds__(128)
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
 // mm_<type>_<NT> take f32 activations, mmh_<type>_<NT> packed f16 ones (b_pair).
-#define OJ_MM_NT(PREFIX, FRAG, XH)                          \
-    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XH) \
-    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XH)   \
-    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XH)   \
-    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XH)
+// <...>_1d: the single-n-tile kernel with two super-blocks in flight per warp (more registers,
+// MM_MINB1D CTAs per SM) for narrow products, whose grid (e.g. 320 CTAs for 5,120 features)
+// fills less than one wave at 4 CTAs per SM anyway: Nsight Compute showed them at 31-47 % of
+// DRAM bandwidth with 9.7 warps per SM, waiting on the weight loads. Same order, same bits.
+#define OJ_MM_NT(PREFIX, FRAG, XH)                                 \
+    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XH, 1)     \
+    OJ_MM_KERNEL(PREFIX##_1d, FRAG, MM_MT1, 1, MM_MINB1D, XH, 2)   \
+    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XH, 1)       \
+    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XH, 1)       \
+    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XH, 1)
 #define OJ_MM_ALL_NT(TYPE, FRAG)     \
     OJ_MM_NT(mm_##TYPE, FRAG, false) \
     OJ_MM_NT(mmh_##TYPE, FRAG, true)

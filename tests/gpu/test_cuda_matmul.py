@@ -121,6 +121,37 @@ def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) 
         build.MATMUL_CONFIG = saved
 
 
+@pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16])
+@pytest.mark.parametrize("n_rows", [1, 5, 8])
+def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows: int) -> None:
+    """The `_1d` kernels (two super-blocks in flight per warp, chosen for narrow products) give
+    the plain single-n-tile kernels' results bit for bit, f32 and packed activations, with an
+    uneven K split over the four classes."""
+    import cupy as cp
+
+    rng = np.random.default_rng(90 + 10 * ggml_type + n_rows)
+    w, _ = _weight(ggml_type, 72, 256 * 11, int(rng.integers(1 << 30)))
+    x = cp.asarray(rng.standard_normal((n_rows, 256 * 11)).astype(np.float32))
+    xh = kernels.pack_activations(x)
+    saved = build.MATMUL_CONFIG
+    out = []
+    try:
+        for deep in (False, True):
+            build.MATMUL_CONFIG = build.MatmulConfig(deep_narrow=deep)
+            assert build.MATMUL_CONFIG.row_tile(ggml_type, n_rows, False, 72, 132).name.endswith(
+                "_1d" if deep else "_1"
+            )
+            for packed in (None, xh):
+                y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
+                kernels.matmul(w, x, y, xh=packed)
+                out.append(y)
+    finally:
+        build.MATMUL_CONFIG = saved
+    assert bool(cp.isfinite(out[0]).all())
+    for y in out[1:]:
+        assert cp.array_equal(y, out[0])
+
+
 def test_pack_activations_layout() -> None:
     """Each group of four stored x0 x2 x1 x3, rounded to nearest f16."""
     import cupy as cp

@@ -1,0 +1,31 @@
+"""Which product kernel `MatmulConfig.row_tile` picks (no GPU needed): the deep single-n-tile
+kernel only for narrow products whose grid fits in one wave at its occupancy, the plain one
+otherwise, the tiled kernel for many rows, and the packed-activation names."""
+
+from __future__ import annotations
+
+from engine.cuda.build import MatmulConfig
+from engine.cuda.weights import Q4_K, Q6_K
+
+H200_SMS, RTX3090_SMS = 132, 82
+
+
+def test_narrow_products_get_the_deep_kernel_where_their_grid_fits_one_wave() -> None:
+    cfg = MatmulConfig()
+    # 5,120 features = 320 CTAs: one wave at 3 CTAs/SM on 132 SMs, not on 82
+    assert cfg.row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh_q6_k_1d"
+    assert cfg.row_tile(Q6_K, 1, True, 5120, RTX3090_SMS).name == "mmh_q6_k_1"
+    assert cfg.row_tile(Q4_K, 8, False, 5120, H200_SMS).name == "mm_q4_k_1d"
+    # wide products keep 4 CTAs/SM
+    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh_q4_k_1"
+    # more than one n-tile, or many rows: the deep variant does not exist there
+    assert cfg.row_tile(Q4_K, 9, True, 5120, H200_SMS).name == "mmh_q4_k_2"
+    assert cfg.row_tile(Q4_K, 512, True, 5120, H200_SMS).name == "mmg8h_q4_k"
+    assert cfg.row_tile(Q4_K, 512, False, 5120, H200_SMS).name == "mmg8_q4_k"
+
+
+def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
+    assert (
+        MatmulConfig(deep_narrow=False).row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh_q6_k_1"
+    )
+    assert MatmulConfig().row_tile(Q6_K, 1, True).name == "mmh_q6_k_1"  # no shape given
