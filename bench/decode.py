@@ -188,7 +188,7 @@ def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
     ops = backend.fwd.ops
     parts = {
         "weight products": [(kernels, "matmul")],
-        "deltanet conv+recurrence": [(ops, "dn_conv"), (ops, "dn_recur"), (ops, "dn_conv_commit")],
+        "deltanet conv+recurrence": [(ops, "dn_conv"), (ops, "dn_recur")],
         "attention prep+core": [(ops, "attn_prep"), (ops, "attention")],
         "norms+swiglu+embed": [(ops, "rmsnorm"), (ops, "swiglu"), (kernels, "embed")],
         "sampling": [(ops, "sample")],

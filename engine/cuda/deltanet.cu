@@ -1,5 +1,5 @@
 // Gated DeltaNet (spec section 4.4): causal depthwise conv + SiLU + L2 norm, the delta-rule
-// recurrence with the gated RMSNorm output, and the commit of conv/recurrent state.
+// recurrence with the gated RMSNorm output and the commit of the recurrent and conv state.
 //
 // Compile-time dims: DN_DK (key head dim), DN_DV (value head dim), DN_HK (key heads).
 // A step's rows are grouped in segments, one per slot: rows seg_start[s] .. + seg_rows[s] - 1
@@ -59,16 +59,9 @@ extern "C" __global__ void dn_conv(const float* mix, int ldm, const float* conv_
     u[(size_t)t * C + c] = v;
 }
 
-// New conv state after keeping the first seg_keep[s] rows of each segment.
-// grid (ceil(C/256), segments, layers), block 256.
-extern "C" __global__ void dn_conv_commit(const float* mix, int ldm, float* conv_st,
-                                          const int* seg_slot, const int* seg_start,
-                                          const int* seg_keep, int C, long long mix_lstride,
-                                          long long st_lstride) {
-    const int s = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x, keep = seg_keep[s];
-    if (c >= C || keep <= 0) return;
-    mix += blockIdx.z * mix_lstride + (size_t)seg_start[s] * ldm;
-    float* st = conv_st + blockIdx.z * st_lstride + (size_t)seg_slot[s] * 3 * C;
+// New conv state of channel c after keeping the first `keep` rows of a segment: the last three
+// of [state rows, segment rows 0..keep-1]. mix: the segment's first row; st: the slot's state.
+OJ_DEV void conv_commit_channel(const float* mix, int ldm, float* st, int C, int keep, int c) {
     float nv[3];
 #pragma unroll
     for (int j = 0; j < 3; ++j) {
@@ -81,18 +74,31 @@ extern "C" __global__ void dn_conv_commit(const float* mix, int ldm, float* conv
 
 // The delta rule for one value head over the rows of one segment; thread c owns column c (and
 // loads element c of the row's q and k: qwen35's key and value head dims are equal).
-// grid (HV, segments, layers), block DN_DV.
+// grid (HV [+ C / DN_DV], segments, layers), block DN_DV.
+// With mix != nullptr the C / DN_DV extra blocks of grid x commit the conv state after
+// seg_keep[s] rows, DN_DV channels each (this kernel runs after dn_conv, the state's only
+// reader): no launch of its own, one graph node less per DeltaNet layer. (With this branch
+// the compiler spills 192 instead of 176 bytes in the recurrence, sm_90: to be timed.)
 static_assert(DN_DK == DN_DV, "dn_recur: one thread per key and value element");
 extern "C" __global__ void __launch_bounds__(DN_DV)
     dn_recur(const float* u, const float* z, int ldz, const float* beta, const float* alpha,
              int ldg, const float* ssm_a, const float* dt_bias, const float* ssm_norm,
              float* state, float* y, const int* seg_slot, const int* seg_start,
              const int* seg_rows, const int* seg_commit, int HV, long long u_lstride,
-             long long g_lstride, long long p_lstride, long long st_lstride) {
+             long long g_lstride, long long p_lstride, long long st_lstride, const float* mix,
+             int ldm, float* conv_st, const int* seg_keep, long long mix_lstride,
+             long long cst_lstride) {
     __shared__ float qs[DN_DK], ks[DN_DK], scratch[32];
     const int j = blockIdx.x, s = blockIdx.y, c = threadIdx.x, g = j % DN_HK;
     const int C = 2 * DN_HK * DN_DK + HV * DN_DV;
-    u += blockIdx.z * u_lstride;
+    if (j >= HV) {
+        if (seg_keep[s] > 0) {
+            const float* m = mix + blockIdx.z * mix_lstride + (size_t)seg_start[s] * ldm;
+            float* cs = conv_st + blockIdx.z * cst_lstride + (size_t)seg_slot[s] * 3 * C;
+            conv_commit_channel(m, ldm, cs, C, seg_keep[s], (j - HV) * DN_DV + c);
+        }
+        return;
+    }    u += blockIdx.z * u_lstride;
     beta += blockIdx.z * g_lstride;
     alpha += blockIdx.z * g_lstride;
     ssm_a += blockIdx.z * p_lstride;

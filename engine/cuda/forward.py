@@ -228,8 +228,8 @@ class Forward:
             ws.seg,
             S,
             hv,
+            commit=(proj, ws.conv[i], 0, 0),
         )
-        ops.dn_conv_commit(proj, C, ws.conv[i], ws.seg, S)
         kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True)
 
     def _attention(self, layer: Any, T: int) -> None:
@@ -333,16 +333,7 @@ class Forward:
             hv,
             layers=n_dn,
             strides=strides,
-        )
-        self.ops.dn_conv_commit(
-            proj0,
-            C,
-            ws.conv,
-            ws.rseg,
-            n_seg,
-            layers=n_dn,
-            mix_lstride=ts * P,
-            st_lstride=ws.conv[0].size,
+            commit=(proj0, ws.conv, ts * P, ws.conv[0].size),
         )
 
 

@@ -154,33 +154,6 @@ class Ops:
         args = (mix, _i32(mix.strides[0] // 4), conv_w, conv_st, u, row_slot, row_first, _i32(C))
         self._fn("dn_conv")((C // self.dims.dn_dk, T), (self.dims.dn_dk,), args)
 
-    def dn_conv_commit(
-        self,
-        mix: Any,
-        C: int,
-        conv_st: Any,
-        seg: Any,
-        n_seg: int,
-        layers: int = 1,
-        mix_lstride: int = 0,
-        st_lstride: int = 0,
-    ) -> None:
-        """Conv state after the first seg[4] rows of each segment.  seg: i32 [5][S] = slot,
-        start, rows, commit, keep.  mix: f32 [.][ldm >= C] (a view), conv_st [slots][3][C]."""
-        ldm = mix.strides[-2] // 4
-        args = (
-            mix,
-            _i32(ldm),
-            conv_st,
-            seg[0],
-            seg[1],
-            seg[4],
-            _i32(C),
-            np.int64(mix_lstride),
-            np.int64(st_lstride),
-        )
-        self._fn("dn_conv_commit")(((C + 255) // 256, n_seg, layers), (256,), args)
-
     def dn_recur(
         self,
         u: Any,
@@ -197,13 +170,26 @@ class Ops:
         hv: int,
         layers: int = 1,
         strides: tuple[int, int, int, int] = (0, 0, 0, 0),
+        commit: tuple[Any, Any, int, int] | None = None,
     ) -> None:
         """Delta rule per value head over each segment's seg[2] rows; the state is written back
-        where seg[3] != 0; y = None replays without output.  seg: i32 [5][S] (see above);
-        u [T][C]; z [T][ldz]; beta/alpha [T][ldg]; state [slots][hv][dk][dv]; y [T][hv*dv]."""
+        where seg[3] != 0; y = None replays without output.  seg: i32 [5][S] = slot, start,
+        rows, commit, keep; u [T][C]; z [T][ldz]; beta/alpha [T][ldg]; state
+        [slots][hv][dk][dv]; y [T][hv*dv]. commit = (mix, conv_st, mix_lstride, st_lstride):
+        also the conv state after each segment's first seg[4] rows (mix: f32 [.][ldm >= C] view
+        of the pre-conv rows, conv_st [slots][3][C]; strides between layers, elements)."""
         yptr = y if y is not None else np.uintp(0)
+        if commit is None:
+            conv: tuple[Any, ...] = (np.uintp(0), _i32(0), np.uintp(0), np.int64(0), np.int64(0))
+        else:
+            mix, conv_st, mix_lstride, st_lstride = commit
+            ldm = _i32(mix.strides[-2] // 4)
+            conv = (mix, ldm, conv_st, np.int64(mix_lstride), np.int64(st_lstride))
+        # the conv commit's blocks after the hv recurrence blocks (deltanet.cu)
+        C = 2 * self.dims.dn_hk * self.dims.dn_dk + hv * self.dims.dn_dv
+        blocks = hv + (C // self.dims.dn_dv if commit is not None else 0)
         self._fn("dn_recur")(
-            (hv, n_seg, layers),
+            (blocks, n_seg, layers),
             (self.dims.dn_dv,),
             (
                 u,
@@ -223,6 +209,9 @@ class Ops:
                 seg[3],
                 _i32(hv),
                 *(np.int64(s) for s in strides),
+                *conv[:3],
+                seg[4],
+                *conv[3:],
             ),
         )
 

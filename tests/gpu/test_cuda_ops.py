@@ -89,7 +89,9 @@ def test_rmsnorm_and_swiglu_packed_outputs_are_their_f32_outputs_packed() -> Non
 @pytest.mark.parametrize("dims,hv", [(SMALL, 4), (BIG, 6)])
 def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int) -> None:
     """Two segments: slot 1 commits its 3 rows; slot 3 runs 5 rows without writing its state,
-    then is replayed over its first 2 rows (a verification that accepted 1 draft)."""
+    then is replayed over its first 2 rows (a verification that accepted 1 draft). The conv
+    state is committed by the recurrence kernel in both passes (slot 1 after the first, slot 3
+    after the replay), every channel of every head: compared exactly."""
     import cupy as cp
 
     ops = Ops(dims)
@@ -109,17 +111,17 @@ def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int) -
 
     row_slot = np.array([1, 1, 1, 3, 3, 3, 3, 3], dtype=np.int32)
     row_first = np.array([0, 0, 0, 3, 3, 3, 3, 3], dtype=np.int32)
-    # segments (rows): slot, start, rows, commit, keep — slot 3 keeps 2 rows after "verification"
-    seg = np.array([[1, 3], [0, 3], [3, 5], [1, 0], [3, 2]], dtype=np.int32)
+    # segments (rows): slot, start, rows, commit, keep. As in the backend, a segment with drafts
+    # keeps nothing in the pass; the replay keeps its 2 accepted rows after "verification"
+    seg = np.array([[1, 3], [0, 3], [3, 5], [1, 0], [3, 0]], dtype=np.int32)
     d_mix, d_st, d_state = _dev(mix), _dev(conv_st), _dev(state)
     u = cp.full((T, C), np.nan, dtype=cp.float32)
     y = cp.full((T, hv * dk), np.nan, dtype=cp.float32)
     ops.dn_conv(d_mix, _dev(conv_w), d_st, u, _dev(row_slot), _dev(row_first))
     args = (_dev(z), _dev(beta), _dev(alpha), _dev(ssm_a), _dev(dt_bias), _dev(ssm_norm), d_state)
-    ops.dn_recur(u, *args, y, _dev(seg), 2, hv)
-    ops.dn_conv_commit(d_mix, C, d_st, _dev(seg), 2)
+    ops.dn_recur(u, *args, y, _dev(seg), 2, hv, commit=(d_mix, d_st, 0, 0))
     replay = np.array([[3], [3], [2], [1], [2]], dtype=np.int32)
-    ops.dn_recur(u, *args, None, _dev(replay), 1, hv)
+    ops.dn_recur(u, *args, None, _dev(replay), 1, hv, commit=(d_mix, d_st, 0, 0))
 
     unused = np.zeros((1, 1), np.float32)  # projections: not read by gates()
     weights = DeltaNetWeights(qkv=unused, z=unused, conv=conv_w, dt_bias=dt_bias, a=ssm_a, beta=unused, alpha=unused, norm=ssm_norm, out=unused)  # fmt: skip
