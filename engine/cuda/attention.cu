@@ -72,27 +72,33 @@ OJ_DEV void store_q8(float x, i8* q, u16* dscale) {
 }
 
 // A lane's ATT_DPL q8_0 codes of one position as raw words: one 8-byte load for the 27B
-// model's 256-wide heads (ATT_DPL = 8), not eight byte loads.
+// model's 256-wide heads (ATT_DPL = 8), not eight byte loads. Each byte is stored biased,
+// q + 128 (XOR 0x80), for code_of.
 #define ATT_RAW ((ATT_DPL + 3) / 4)
 OJ_DEV void load_raw(const i8* p, u32 (&w)[ATT_RAW]) {
 #if ATT_DPL % 8 == 0
 #pragma unroll
     for (int i = 0; i < ATT_RAW; i += 2) {
         const uint2 v = ((const uint2*)p)[i / 2];
-        w[i] = v.x;
-        w[i + 1] = v.y;
+        w[i] = v.x ^ 0x80808080u;
+        w[i + 1] = v.y ^ 0x80808080u;
     }
 #elif ATT_DPL % 4 == 0
 #pragma unroll
-    for (int i = 0; i < ATT_RAW; ++i) w[i] = ((const u32*)p)[i];
+    for (int i = 0; i < ATT_RAW; ++i) w[i] = ((const u32*)p)[i] ^ 0x80808080u;
 #else
     w[0] = 0u;
 #pragma unroll
-    for (int e = 0; e < ATT_DPL; ++e) w[0] |= (u32)(u8)p[e] << (8 * e);
+    for (int e = 0; e < ATT_DPL; ++e) w[0] |= (u32)((u8)p[e] ^ 0x80u) << (8 * e);
 #endif
 }
+// Code e of a lane's words as a float, exactly: the biased byte under the exponent of 2^23 is
+// the float 2^23 + q + 128, minus 2^23 + 128. One PRMT and one FADD, where the int8 -> float
+// conversion (I2F) issues at 16 per clock per SM on sm_80-sm_90, an eighth of the FFMA rate,
+// and was the attention loop's largest cost (64 conversions per lane per 4-position block).
 OJ_DEV float code_of(const u32 (&w)[ATT_RAW], int e) {
-    return (float)(i8)((w[e >> 2] >> (8 * (e & 3))) & 0xFFu);
+    const u32 bits = __byte_perm(w[e >> 2], 0x4B000000u, 0x7540u | (u32)(e & 3));
+    return __int_as_float((int)bits) - 8388736.0f;
 }
 
 // The raw K and V codes and scales of one warp's block of ATT_UNROLL positions.
