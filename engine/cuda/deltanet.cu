@@ -72,15 +72,19 @@ OJ_DEV void conv_commit_channel(const float* mix, int ldm, float* st, int C, int
     for (int j = 0; j < 3; ++j) st[(size_t)j * C + c] = nv[j];
 }
 
-// The delta rule for one value head over the rows of one segment; thread c owns column c (and
-// loads element c of the row's q and k: qwen35's key and value head dims are equal).
-// grid (HV [+ C / DN_DV], segments, layers), block DN_DV.
-// With mix != nullptr the C / DN_DV extra blocks of grid x commit the conv state after
-// seg_keep[s] rows, DN_DV channels each (this kernel runs after dn_conv, the state's only
-// reader): no launch of its own, one graph node less per DeltaNet layer. (With this branch
-// the compiler spills 192 instead of 176 bytes in the recurrence, sm_90: to be timed.)
-static_assert(DN_DK == DN_DV, "dn_recur: one thread per key and value element");
-extern "C" __global__ void __launch_bounds__(DN_DV)
+// The delta rule for one value head over the rows of one segment. Two threads per state
+// column: thread 2c + h owns column c's rows h*DN_DK/2 .. +DN_DK/2 of the state (64 registers,
+// where one thread per column held all 128 and spilled), and the pair adds its two partial
+// dot products with one shuffle. Thread pairs load element c of the row's q and k (qwen35's
+// key and value head dims are equal).
+// grid (HV [+ ceil(C / (2*DN_DV))], segments, layers), block 2*DN_DV.
+// With mix != nullptr the extra blocks of grid x commit the conv state after seg_keep[s] rows,
+// 2*DN_DV channels each (this kernel runs after dn_conv, the state's only reader): no launch
+// of its own, one graph node less per DeltaNet layer.
+static_assert(DN_DK == DN_DV, "dn_recur: one thread pair per key and value element");
+static_assert(DN_DK % 4 == 0, "dn_recur: each thread's half in two FMA chains");
+#define DN_KH (DN_DK / 2)
+extern "C" __global__ void __launch_bounds__(2 * DN_DV)
     dn_recur(const float* u, const float* z, int ldz, const float* beta, const float* alpha,
              int ldg, const float* ssm_a, const float* dt_bias, const float* ssm_norm,
              float* state, float* y, const int* seg_slot, const int* seg_start,
@@ -89,16 +93,19 @@ extern "C" __global__ void __launch_bounds__(DN_DV)
              int ldm, float* conv_st, const int* seg_keep, long long mix_lstride,
              long long cst_lstride) {
     __shared__ float qs[DN_DK], ks[DN_DK], scratch[32];
-    const int j = blockIdx.x, s = blockIdx.y, c = threadIdx.x, g = j % DN_HK;
+    const int j = blockIdx.x, s = blockIdx.y, g = j % DN_HK;
+    const int c = threadIdx.x >> 1, hf = threadIdx.x & 1, k0 = hf * DN_KH;
     const int C = 2 * DN_HK * DN_DK + HV * DN_DV;
     if (j >= HV) {
-        if (seg_keep[s] > 0) {
+        const int channel = (j - HV) * blockDim.x + threadIdx.x;
+        if (seg_keep[s] > 0 && channel < C) {
             const float* m = mix + blockIdx.z * mix_lstride + (size_t)seg_start[s] * ldm;
             float* cs = conv_st + blockIdx.z * cst_lstride + (size_t)seg_slot[s] * 3 * C;
-            conv_commit_channel(m, ldm, cs, C, seg_keep[s], (j - HV) * DN_DV + c);
+            conv_commit_channel(m, ldm, cs, C, seg_keep[s], channel);
         }
         return;
-    }    u += blockIdx.z * u_lstride;
+    }
+    u += blockIdx.z * u_lstride;
     beta += blockIdx.z * g_lstride;
     alpha += blockIdx.z * g_lstride;
     ssm_a += blockIdx.z * p_lstride;
@@ -106,9 +113,9 @@ extern "C" __global__ void __launch_bounds__(DN_DV)
     ssm_norm += blockIdx.z * (long long)DN_DV;
     float* S = state + blockIdx.z * st_lstride + (((size_t)seg_slot[s] * HV + j) * DN_DK) * DN_DV;
 
-    float st[DN_DK];
+    float st[DN_KH];
 #pragma unroll
-    for (int i = 0; i < DN_DK; ++i) st[i] = S[(size_t)i * DN_DV + c];
+    for (int i = 0; i < DN_KH; ++i) st[i] = S[(size_t)(k0 + i) * DN_DV + c];
 
     const float qscale = rsqrtf((float)DN_DK);
     const int t0 = seg_start[s], nrows = seg_rows[s];
@@ -128,36 +135,43 @@ extern "C" __global__ void __launch_bounds__(DN_DV)
     for (int r = 0; r < nrows; ++r) {
         const int t = t0 + r;
         __syncthreads();  // previous row finished reading qs/ks
-        qs[c] = qn * qscale;
-        ks[c] = kn;
+        if (hf == 0) {
+            qs[c] = qn * qscale;
+            ks[c] = kn;
+        }
         const float v = vn, zz = zn;
         const float b = sigmoid_f(bn);
         const float decay = __expf(ssm_a[j] * softplus_f(an + dt_bias[j]));
         __syncthreads();
         if (r + 1 < nrows) load_row(t + 1);
-        // two partial sums: dependency chains of DN_DK/2 FMAs (four spill more registers)
+        // two partial sums per thread, then the pair's halves (a + b == b + a: both threads
+        // of the pair get the same bits)
         float rk2[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < DN_DK; ++i) {
+        for (int i = 0; i < DN_KH; ++i) {
             st[i] *= decay;
-            rk2[i & 1] += st[i] * ks[i];
+            rk2[i & 1] += st[i] * ks[k0 + i];
         }
-        const float delta = b * (v - (rk2[0] + rk2[1]));
+        float rk = rk2[0] + rk2[1];
+        rk += __shfl_xor_sync(0xffffffffu, rk, 1);
+        const float delta = b * (v - rk);
         float o2[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < DN_DK; ++i) {
-            st[i] += ks[i] * delta;
-            o2[i & 1] += st[i] * qs[i];
+        for (int i = 0; i < DN_KH; ++i) {
+            st[i] += ks[k0 + i] * delta;
+            o2[i & 1] += st[i] * qs[k0 + i];
         }
-        const float o = o2[0] + o2[1];
-        if (y != nullptr) {  // gated RMSNorm over the head's DN_DV outputs
-            const float ms = block_sum(o * o, scratch) / (float)DN_DV;
-            y[(size_t)t * HV * DN_DV + j * DN_DV + c] =
-                o * rsqrtf(ms + OJ_EPS) * ssm_norm[c] * silu_f(zz);
+        float o = o2[0] + o2[1];
+        o += __shfl_xor_sync(0xffffffffu, o, 1);
+        if (y != nullptr) {  // gated RMSNorm over the head's DN_DV outputs (one per pair)
+            const float ms = block_sum(hf == 0 ? o * o : 0.0f, scratch) / (float)DN_DV;
+            if (hf == 0)
+                y[(size_t)t * HV * DN_DV + j * DN_DV + c] =
+                    o * rsqrtf(ms + OJ_EPS) * ssm_norm[c] * silu_f(zz);
         }
     }
     if (seg_commit[s]) {
 #pragma unroll
-        for (int i = 0; i < DN_DK; ++i) S[(size_t)i * DN_DV + c] = st[i];
+        for (int i = 0; i < DN_KH; ++i) S[(size_t)(k0 + i) * DN_DV + c] = st[i];
     }
 }

@@ -185,12 +185,14 @@ class Ops:
             mix, conv_st, mix_lstride, st_lstride = commit
             ldm = _i32(mix.strides[-2] // 4)
             conv = (mix, ldm, conv_st, np.int64(mix_lstride), np.int64(st_lstride))
-        # the conv commit's blocks after the hv recurrence blocks (deltanet.cu)
+        # two threads per state column; the conv commit's blocks after the hv recurrence
+        # blocks (deltanet.cu)
+        threads = 2 * self.dims.dn_dv
         C = 2 * self.dims.dn_hk * self.dims.dn_dk + hv * self.dims.dn_dv
-        blocks = hv + (C // self.dims.dn_dv if commit is not None else 0)
+        blocks = hv + (-(-C // threads) if commit is not None else 0)
         self._fn("dn_recur")(
             (blocks, n_seg, layers),
-            (self.dims.dn_dv,),
+            (threads,),
             (
                 u,
                 z,
