@@ -246,6 +246,7 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {},
     {"deep_narrow": False},  # narrow products on the plain single-n-tile kernel (before v16)
     {"min_blocks1d": 2},  # the deep kernels with more registers
+    {"deep_all": True},  # the wide products on them too (3 CTAs/SM instead of 4)
 ]
 
 

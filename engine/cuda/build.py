@@ -145,6 +145,7 @@ class MatmulConfig:
     # run the `_1d` kernels: two super-blocks in flight per warp, more registers
     deep_narrow: bool = True
     min_blocks1d: int = 3
+    deep_all: bool = False  # every single-n-tile product on the `_1d` kernels (a bench variant)
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
@@ -173,7 +174,8 @@ class MatmulConfig:
         nt = min(MAX_NT, (n_rows + 7) // 8)
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
-        deep = nt == 1 and self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
+        narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
+        deep = nt == 1 and (self.deep_all or narrow)
         suffix = "d" if deep else ""
         return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
 

@@ -29,3 +29,9 @@ def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
         MatmulConfig(deep_narrow=False).row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh_q6_k_1"
     )
     assert MatmulConfig().row_tile(Q6_K, 1, True).name == "mmh_q6_k_1"  # no shape given
+
+
+def test_all_single_tile_products_can_run_deep() -> None:
+    cfg = MatmulConfig(deep_all=True)
+    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh_q4_k_1d"
+    assert cfg.row_tile(Q4_K, 9, True, 34816, H200_SMS).name == "mmh_q4_k_2"
