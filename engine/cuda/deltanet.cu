@@ -83,6 +83,7 @@ OJ_DEV void conv_commit_channel(const float* mix, int ldm, float* st, int C, int
 // of its own, one graph node less per DeltaNet layer.
 static_assert(DN_DK == DN_DV, "dn_recur: one thread pair per key and value element");
 static_assert(DN_DK % 4 == 0, "dn_recur: each thread's half in two FMA chains");
+static_assert(DN_DV % 32 == 0, "dn_recur: the output norm takes DN_DV / 32 columns per lane");
 #define DN_KH (DN_DK / 2)
 extern "C" __global__ void __launch_bounds__(2 * DN_DV)
     dn_recur(const float* u, const float* z, int ldz, const float* beta, const float* alpha,
@@ -92,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
              long long g_lstride, long long p_lstride, long long st_lstride, const float* mix,
              int ldm, float* conv_st, const int* seg_keep, long long mix_lstride,
              long long cst_lstride) {
-    __shared__ float qs[DN_DK], ks[DN_DK], scratch[32];
+    __shared__ float qs[2][DN_DK], ks[2][DN_DK];  // double-buffered: one barrier per row
     const int j = blockIdx.x, s = blockIdx.y, g = j % DN_HK;
     const int c = threadIdx.x >> 1, hf = threadIdx.x & 1, k0 = hf * DN_KH;
     const int C = 2 * DN_HK * DN_DK + HV * DN_DV;
@@ -121,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
     const int t0 = seg_start[s], nrows = seg_rows[s];
     // The next row's inputs are loaded into registers while this row is computed: prefill runs
     // hundreds of rows one after another here, and each row's loads would otherwise stall it.
-    float qn = 0.0f, kn = 0.0f, vn = 0.0f, bn = 0.0f, an = 0.0f, zn = 0.0f;
+    float qn = 0.0f, kn = 0.0f, vn = 0.0f, bn = 0.0f, an = 0.0f;
     auto load_row = [&](int t) {
         const float* ut = u + (size_t)t * C;
         qn = ut[g * DN_DK + c];
@@ -129,28 +130,30 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
         vn = ut[2 * DN_HK * DN_DK + j * DN_DV + c];
         bn = beta[(size_t)t * ldg + j];
         an = alpha[(size_t)t * ldg + j];
-        if (y != nullptr) zn = z[(size_t)t * ldz + j * DN_DV + c];
     };
     if (nrows > 0) load_row(t0);
     for (int r = 0; r < nrows; ++r) {
-        const int t = t0 + r;
-        __syncthreads();  // previous row finished reading qs/ks
+        const int t = t0 + r, buf = r & 1;
+        // buffer `buf` was last read in row r - 2, which every thread finished before the
+        // barrier of row r - 1
         if (hf == 0) {
-            qs[c] = qn * qscale;
-            ks[c] = kn;
+            qs[buf][c] = qn * qscale;
+            ks[buf][c] = kn;
         }
-        const float v = vn, zz = zn;
+        const float v = vn;
         const float b = sigmoid_f(bn);
         const float decay = __expf(ssm_a[j] * softplus_f(an + dt_bias[j]));
         __syncthreads();
         if (r + 1 < nrows) load_row(t + 1);
+        const float* kr = ks[buf] + k0;
+        const float* qr = qs[buf] + k0;
         // two partial sums per thread, then the pair's halves (a + b == b + a: both threads
         // of the pair get the same bits)
         float rk2[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < DN_KH; ++i) {
             st[i] *= decay;
-            rk2[i & 1] += st[i] * ks[k0 + i];
+            rk2[i & 1] += st[i] * kr[i];
         }
         float rk = rk2[0] + rk2[1];
         rk += __shfl_xor_sync(0xffffffffu, rk, 1);
@@ -158,16 +161,35 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
         float o2[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < DN_KH; ++i) {
-            st[i] += ks[k0 + i] * delta;
-            o2[i & 1] += st[i] * qs[k0 + i];
+            st[i] += kr[i] * delta;
+            o2[i & 1] += st[i] * qr[i];
         }
         float o = o2[0] + o2[1];
         o += __shfl_xor_sync(0xffffffffu, o, 1);
-        if (y != nullptr) {  // gated RMSNorm over the head's DN_DV outputs (one per pair)
-            const float ms = block_sum(hf == 0 ? o * o : 0.0f, scratch) / (float)DN_DV;
-            if (hf == 0)
-                y[(size_t)t * HV * DN_DV + j * DN_DV + c] =
-                    o * rsqrtf(ms + OJ_EPS) * ssm_norm[c] * silu_f(zz);
+        if (y != nullptr && hf == 0) y[(size_t)t * HV * DN_DV + j * DN_DV + c] = o;
+    }
+    if (y != nullptr && nrows > 0) {
+        // the gated RMSNorm over each row's DN_DV outputs, after the recurrence: off the
+        // row-to-row critical path (a block-wide sum per row inside the loop cost two more
+        // barriers per row), one warp per row, reading the raw outputs back (same block)
+        __syncthreads();
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        constexpr int PER_LANE = DN_DV / 32;
+        for (int r = warp; r < nrows; r += blockDim.x >> 5) {
+            const size_t t = (size_t)(t0 + r);
+            float* yr = y + t * HV * DN_DV + j * DN_DV;
+            float ov[PER_LANE], ss = 0.0f;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; ++e) {
+                ov[e] = yr[lane + 32 * e];
+                ss += ov[e] * ov[e];
+            }
+            const float inv = rsqrtf(warp_sum(ss) / (float)DN_DV + OJ_EPS);
+#pragma unroll
+            for (int e = 0; e < PER_LANE; ++e) {
+                const int col = lane + 32 * e;
+                yr[col] = ov[e] * inv * ssm_norm[col] * silu_f(z[t * ldz + j * DN_DV + col]);
+            }
         }
     }
     if (seg_commit[s]) {
