@@ -28,8 +28,9 @@ OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, uint2* yh, int
     }
 }
 
-// ldyh: row stride of yh in halves (yh null: no packed copy)
-extern "C" __global__ void rmsnorm_rows(const float* x, int ldx, const float* w, float* y, int ldy,
+// ldyh: row stride of yh in halves (yh null: no packed copy). Launched with up to 1,024 threads
+// (kernels.RMSNORM_THREADS): the bound keeps its registers within that.
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm_rows(const float* x, int ldx, const float* w, float* y, int ldy,
                                         u16* yh, int ldyh, int n, float eps) {
     __shared__ float scratch[32];
     uint2* yh_row = yh ? (uint2*)(yh + (size_t)blockIdx.x * ldyh) : nullptr;
