@@ -306,8 +306,9 @@ def product_classes(model: Any, rows: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def context_sweep(backend: Any, splits: list[int]) -> list[dict[str, Any]]:
-    """Decode step time against the context length, for several attention split counts."""
+def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
+    """Decode step time against the context length, for attention variants: a split count,
+    with "tc" after it for the tensor-core kernel (e.g. "16", "32tc")."""
     from dataclasses import replace
 
     from engine.cuda.kernels import Ops
@@ -315,14 +316,16 @@ def context_sweep(backend: Any, splits: list[int]) -> list[dict[str, Any]]:
     fwd, out = backend.fwd, []
     ops0, parts0 = fwd.ops, fwd.att_parts
     try:
-        for n in splits:
-            fwd.ops = Ops(replace(ops0.dims, att_splits=n))
+        for variant in variants:
+            n, tc = int(variant.removesuffix("tc")), int(variant.endswith("tc"))
+            fwd.ops = Ops(replace(ops0.dims, att_splits=n, att_tc=tc))
             fwd.att_parts = fwd.ops.attention_parts(backend.ws.max_rows)
             for slots, context in ((1, 512), (1, 8192), (1, 23000), (4, 23000), (8, 512)):
                 ms = time_rows(backend, [1] * slots, context, 1)
-                out.append({"att_splits": n, "slots": slots, "context": context, "ms": ms})
+                row = {"att_splits": n, "att_tc": tc, "slots": slots, "context": context, "ms": ms}
+                out.append(row)
                 print(
-                    f"att_splits={n:3d} slots={slots} context={context:6d}: {ms:8.3f} ms  {slots * 1e3 / ms:7.1f} tok/s",
+                    f"attention {variant:>6s} slots={slots} context={context:6d}: {ms:8.3f} ms  {slots * 1e3 / ms:7.1f} tok/s",
                     flush=True,
                 )
     finally:
@@ -338,7 +341,11 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true", help="time matmul tilings, then stop")
     parser.add_argument("--products", action="store_true", help="time each kind of product")
     parser.add_argument("--row-variants", action="store_true", help="time decode-size kernels")
-    parser.add_argument("--contexts", default="", help="attention split counts to sweep, e.g. 8,32")
+    parser.add_argument(
+        "--contexts",
+        default="",
+        help="attention variants to sweep: split counts, tc = tensor cores",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/decode.py")
@@ -372,8 +379,11 @@ def main() -> int:
         backend = CudaBackend(model, n_slots=8, kv_tokens=131072, max_rows=512)
         if args.products:
             info["products"] = product_classes(model, [1, 4, 12])
-        if args.contexts:
-            info["contexts"] = context_sweep(backend, [int(n) for n in args.contexts.split(",")])
+        if args.contexts:  # the sweep alone, then stop
+            info["contexts"] = context_sweep(backend, args.contexts.split(","))
+            if args.json:
+                args.json.write_text(json.dumps(info, indent=2))
+            return 0
         table = decode_steps(backend, rows, args.context)
         for r in table:
             r["tok_per_s_per_row"] = 1e3 / r["ms"]

@@ -58,6 +58,9 @@ if [ "$MODE" = pending ]; then
   timeout 160 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
   timeout 100 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant
   timeout 240 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
+  if [ -n "${CONTEXTS:-}" ]; then  # e.g. CONTEXTS=16,16tc: attention variants at 512-23K contexts
+    timeout 150 python3 bench/decode.py --step --rows 1 --contexts "$CONTEXTS" --json "$OUT/contexts.json" 2>&1 | tee "$OUT/contexts.log" | grep attention
+  fi
   timeout 185 python3 bench/parallel.py --engines openjet --budget 170 --json "$OUT/parallel_openjet.json" 2>&1 | tee "$OUT/parallel.log" | grep "goal\|per agent\|fraction\|first token"
 fi
 if [ "$MODE" = variants ]; then

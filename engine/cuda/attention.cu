@@ -306,6 +306,205 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     }
 }
 
+// ---- the same on the tensor cores (KernelDims.att_tc; 256-wide heads, <= 8 per KV head) -----
+// attn_decode's grid, chunks, splits and outputs (attn_merge unchanged); each warp takes the
+// 16 positions c*ATT_CHUNK + 16*warp .. of each of its chunks as one block:
+//   S^T = Q K^T   (mma m16n8k16: A = Q, heads as rows (rows >= ATT_GROUP zero); B = K^T, the
+//                 block's positions as two n-tiles of 8). A thread owns 4 consecutive dims of
+//                 each 16-dim chunk (slots 2t, 2t+1 <- e0, e0+2; 2t+8, 2t+9 <- e0+1, e0+3, as
+//                 the products), so a position's codes are one u32 per chunk; the q8_0 scale
+//                 (per 32 dims) multiplies each 32-dim block's partial score.
+//   softmax per head over the block (a head's 16 scores sit in one quad of lanes);
+//   O^T += V^T P^T (A = V^T, dims as rows: m-tile mt row gid <-> dim 32*gid + mt, row gid + 8
+//                 <-> 32*gid + 16 + mt, so a thread's V codes are 32 contiguous bytes of one
+//                 q8_0 block per position and the V scale folds into A; B = P^T straight from
+//                 S^T's accumulators).
+// f16 operands: Q, P and V*scale are rounded to f16 (attn_decode keeps them in f32), the
+// products' precision; q8_0 codes become f16 exactly (0x6400 | biased byte, minus 1152).
+#if ATT_D == 256 && ATT_GROUP <= 8 && ATT_CHUNK == 16 * ATT_WARPS
+OJ_DEV void att_mma(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+OJ_DEV u32 att_word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+// Bytes (0, 2) (sel 0x4240) or (1, 3) (sel 0x4341) of w, biased codes (XOR 0x80), as an exact
+// f16 pair: 0x64 above a byte b is the f16 1024 + b.
+#define ATT_H2_1152 0x64806480u
+OJ_DEV u32 codes_h2(u32 w, u32 sel) { return hsub2(__byte_perm(w, 0x64646464u, sel), ATT_H2_1152); }
+// Byte i of a and of b (biased codes) as the f16 pair (a_i, b_i), exactly.
+OJ_DEV u32 code_pair(u32 a, u32 b, int i) {
+    const u32 t = __byte_perm(a, b, (u32)i | ((u32)(i + 4) << 4));
+    // t = [a_i, b_i, ., .] -> [a_i, 0x64, b_i, 0x64]
+    const u32 v = __byte_perm(t, 0x64646464u, 0x4140u);
+    return hsub2(v, ATT_H2_1152);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
+    attn_decode_tc(const float* q, const i8* kq, const u16* kd, const i8* vq, const u16* vd,
+                   const int* page_table, int max_pages, const int* row_slot, const int* row_pos,
+                   float scale, float* part_o, float* part_ml) {
+    __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
+    __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
+    const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+    const int pos = row_pos[t], slot = row_slot[t];
+    const bool head_ok = gid < ATT_GROUP;
+
+    // Q as A fragments, 2 registers per 16-dim chunk (rows gid + 8 are zero registers)
+    u32 qa[16][2];
+    {
+        const float* qh = q + ((size_t)t * ATT_HQ + u * ATT_GROUP + (head_ok ? gid : 0)) * ATT_D;
+#pragma unroll
+        for (int kc = 0; kc < 16; ++kc) {
+            float4 x = *(const float4*)(qh + 16 * kc + 4 * tq);
+            if (!head_ok) x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            qa[kc][0] = pack_h2(x.x * scale, x.z * scale);
+            qa[kc][1] = pack_h2(x.y * scale, x.w * scale);
+        }
+    }
+    float o[16][4];
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[mt][i] = 0.0f;
+    float m = -OJ_INF, l = 0.0f;  // this lane's head (gid): running max and sum
+
+    const int n_chunks = split * ATT_CHUNK <= pos ? (pos / ATT_CHUNK - split) / ATT_SPLITS + 1 : 0;
+    for (int i = 0; i < n_chunks; ++i) {
+        const int c = split + i * ATT_SPLITS;
+        const int tau0 = c * ATT_CHUNK + 16 * warp, hi = min(c * ATT_CHUNK + ATT_CHUNK - 1, pos);
+        if (tau0 > hi) continue;  // (warp-uniform) the last chunk's tail
+        auto kv_base = [&](int p) {  // pool row of (slot, position p <= hi), this KV head
+            return (size_t)pool_token(page_table, max_pages, slot, min(p, hi)) * ATT_HKV + u;
+        };
+        // scores: head gid, positions tau0 + 8j + 2tq (+1), j = 0, 1
+        float sc[2][2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const size_t kb = kv_base(tau0 + 8 * j + gid);  // this lane's B column
+            const u32* kw = (const u32*)(kq + kb * ATT_D) + tq;
+            const int p0 = tau0 + 8 * j + 2 * tq;  // this lane's accumulator columns
+            const uint4 d0 = *(const uint4*)(kd + kv_base(p0) * (ATT_D / 32));
+            const uint4 d1 = *(const uint4*)(kd + kv_base(p0 + 1) * (ATT_D / 32));
+            sc[j][0] = sc[j][1] = 0.0f;
+#pragma unroll
+            for (int bb = 0; bb < 8; ++bb) {  // 32-dim q8_0 blocks
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int kc = 2 * bb + h;
+                    const u32 w = kw[4 * kc] ^ 0x80808080u;
+                    att_mma(acc, qa[kc][0], 0u, qa[kc][1], 0u, codes_h2(w, 0x4240u), codes_h2(w, 0x4341u));
+                }
+                sc[j][0] = fmaf(acc[0], h2f((u16)(att_word(d0, bb >> 1) >> (16 * (bb & 1)))), sc[j][0]);
+                sc[j][1] = fmaf(acc[1], h2f((u16)(att_word(d1, bb >> 1) >> (16 * (bb & 1)))), sc[j][1]);
+            }
+            if (p0 > hi) sc[j][0] = -OJ_INF;
+            if (p0 + 1 > hi) sc[j][1] = -OJ_INF;
+        }
+        // online softmax for head gid over the block (its 16 scores: this quad's lanes)
+        float bmax = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
+        const float mn = fmaxf(m, bmax);
+        const float corr = __expf(m - mn);  // 0 on the first block (m = -inf)
+        float p[2][2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int k = 0; k < 2; ++k) p[j][k] = head_ok ? __expf(sc[j][k] - mn) : 0.0f;
+        float ps = p[0][0] + p[0][1] + p[1][0] + p[1][1];
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+        l = l * corr + ps;
+        m = mn;
+        // this lane's O^T columns are heads 2tq, 2tq + 1: their rescale comes from those quads
+        const float c0 = __shfl_sync(0xffffffffu, corr, 8 * tq);
+        const float c1 = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+#pragma unroll
+        for (int mt = 0; mt < 16; ++mt) {
+            o[mt][0] *= c0;
+            o[mt][1] *= c1;
+            o[mt][2] *= c0;
+            o[mt][3] *= c1;
+        }
+        // B = P^T: k slots 2tq, 2tq+1 = positions 2tq, 2tq+1; slots 2tq+8, 2tq+9 = 8+2tq, 9+2tq
+        const u32 pb0 = pack_h2(p[0][0], p[0][1]), pb1 = pack_h2(p[1][0], p[1][1]);
+        // A = V^T: positions 2tq, 2tq+1 (a0, a1) and 8+2tq, 9+2tq (a2, a3), dims 32 gid + ..
+        u32 vw[4][8];
+        u32 vs01, vs23;  // f16 V scales (block gid) of the position pairs
+        {
+            const int pv[4] = {tau0 + 2 * tq, tau0 + 2 * tq + 1, tau0 + 8 + 2 * tq, tau0 + 9 + 2 * tq};
+            u16 sv[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const size_t vb = kv_base(pv[k]);
+                const uint4* src = (const uint4*)(vq + vb * ATT_D + 32 * gid);
+                const uint4 x0 = src[0], x1 = src[1];
+                vw[k][0] = x0.x ^ 0x80808080u;
+                vw[k][1] = x0.y ^ 0x80808080u;
+                vw[k][2] = x0.z ^ 0x80808080u;
+                vw[k][3] = x0.w ^ 0x80808080u;
+                vw[k][4] = x1.x ^ 0x80808080u;
+                vw[k][5] = x1.y ^ 0x80808080u;
+                vw[k][6] = x1.z ^ 0x80808080u;
+                vw[k][7] = x1.w ^ 0x80808080u;
+                sv[k] = vd[vb * (ATT_D / 32) + gid];
+            }
+            vs01 = (u32)sv[0] | ((u32)sv[1] << 16);
+            vs23 = (u32)sv[2] | ((u32)sv[3] << 16);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 16; ++mt) {
+            const int wl = mt >> 2, wh = 4 + (mt >> 2), bi = mt & 3;  // dims 32gid+mt, +16+mt
+            const u32 a0 = hmul2(code_pair(vw[0][wl], vw[1][wl], bi), vs01);
+            const u32 a1 = hmul2(code_pair(vw[0][wh], vw[1][wh], bi), vs01);
+            const u32 a2 = hmul2(code_pair(vw[2][wl], vw[3][wl], bi), vs23);
+            const u32 a3 = hmul2(code_pair(vw[2][wh], vw[3][wh], bi), vs23);
+            att_mma(o[mt], a0, a1, a2, a3, pb0, pb1);
+        }
+    }
+    // the warps' partial results through shared memory, combined as in attn_decode
+    if (head_ok && tq == 0) {
+        sm_m[warp][gid] = m;
+        sm_l[warp][gid] = l;
+    }
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+        const int d0 = 32 * gid + mt, d1 = d0 + 16, h0 = 2 * tq, h1 = 2 * tq + 1;
+        if (h0 < ATT_GROUP) {
+            sm_acc[warp][h0][d0] = o[mt][0];
+            sm_acc[warp][h0][d1] = o[mt][2];
+        }
+        if (h1 < ATT_GROUP) {
+            sm_acc[warp][h1][d0] = o[mt][1];
+            sm_acc[warp][h1][d1] = o[mt][3];
+        }
+    }
+    __syncthreads();
+    const size_t part = ((size_t)t * ATT_HKV + u) * ATT_SPLITS + split;
+    for (int idx = threadIdx.x; idx < ATT_GROUP * ATT_D; idx += blockDim.x) {
+        const int g = idx / ATT_D, d = idx % ATT_D;
+        float M = -OJ_INF;
+        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, sm_m[w][g]);
+        float L = 0.0f, O = 0.0f;
+        for (int w = 0; w < ATT_WARPS; ++w) {
+            const float f = sm_l[w][g] > 0.0f ? __expf(sm_m[w][g] - M) : 0.0f;
+            L += sm_l[w][g] * f;
+            O += sm_acc[w][g][d] * f;
+        }
+        part_o[(part * ATT_GROUP + g) * ATT_D + d] = O;
+        if (d == 0) {
+            part_ml[(part * ATT_GROUP + g) * 2] = M;
+            part_ml[(part * ATT_GROUP + g) * 2 + 1] = L;
+        }
+    }
+}
+#endif
+
 // y = (merged softmax-weighted V) * sigmoid(gate), splits combined in split order.
 // grid (T, ATT_HKV), block 256.  y: f32 [T][ATT_HQ*ATT_D]
 extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* part_o,

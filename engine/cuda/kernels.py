@@ -260,6 +260,14 @@ class Ops:
             ),
         )
 
+    @property
+    def attention_kernel(self) -> str:
+        """attn_decode_tc where asked for (KernelDims.att_tc) and built (256-wide heads, at most 8
+        query heads per KV head), else attn_decode."""
+        d = self.dims
+        tc = d.att_tc and d.att_d == 256 and d.att_hq // d.att_hkv <= 8
+        return "attn_decode_tc" if tc else "attn_decode"
+
     def attention_parts(self, max_rows: int) -> tuple[Any, Any]:
         """Scratch for the context split of up to ATT_ROWS_PER_LAUNCH rows at a time:
         part_o f32 [rows][hkv][splits][group][d], part_ml [..][2]."""
@@ -280,7 +288,7 @@ class Ops:
             r1 = min(T, r0 + group)
             meta = (page_table, _i32(page_table.shape[1]), row_slot[r0:r1], row_pos[r0:r1])
             args = (q[r0:r1], *pool, *meta, np.float32(scale), *parts)
-            self._fn("attn_decode")((r1 - r0, hkv, self.dims.att_splits), (128,), args)
+            self._fn(self.attention_kernel)((r1 - r0, hkv, self.dims.att_splits), (128,), args)
             merge = (qg[r0:r1], ld, *parts, y[r0:r1])
             self._fn("attn_merge")((r1 - r0, hkv), (256,), merge)
 
