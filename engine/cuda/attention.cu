@@ -166,6 +166,29 @@ extern "C" __global__ void attn_prep(const float* qg, const float* kf, const flo
     store_q8(vf[(size_t)t * ldp + u * ATT_D + d], vq + base + (d & ~31), vd + dbase + (d >> 5));
 }
 
+// A CTA's split result from its warps' partial ones (running max, sum and weighted V per head,
+// in shared memory), combined in warp order: part_o / part_ml at index `part` (attn_decode).
+OJ_DEV void store_split(const float (*sm_m)[ATT_GROUP], const float (*sm_l)[ATT_GROUP],
+                        const float (*sm_acc)[ATT_GROUP][ATT_D], size_t part, float* part_o,
+                        float* part_ml) {
+    for (int idx = threadIdx.x; idx < ATT_GROUP * ATT_D; idx += blockDim.x) {
+        const int g = idx / ATT_D, d = idx % ATT_D;
+        float M = -OJ_INF;
+        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, sm_m[w][g]);
+        float L = 0.0f, O = 0.0f;
+        for (int w = 0; w < ATT_WARPS; ++w) {
+            const float f = sm_l[w][g] > 0.0f ? __expf(sm_m[w][g] - M) : 0.0f;
+            L += sm_l[w][g] * f;
+            O += sm_acc[w][g][d] * f;
+        }
+        part_o[(part * ATT_GROUP + g) * ATT_D + d] = O;
+        if (d == 0) {
+            part_ml[(part * ATT_GROUP + g) * 2] = M;
+            part_ml[(part * ATT_GROUP + g) * 2 + 1] = L;
+        }
+    }
+}
+
 // Split over the context (flash-decoding): grid (T, ATT_HKV, ATT_SPLITS), block 32*ATT_WARPS.
 // Positions come in chunks of ATT_CHUNK; chunk c belongs to split c % ATT_SPLITS, and inside a
 // chunk warp w takes blocks of ATT_UNROLL positions w + ATT_WARPS*j, ... Every split depends
@@ -287,23 +310,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
         for (int e = 0; e < ATT_DPL; ++e) sm_acc[warp][g][lane * ATT_DPL + e] = acc[g][e];
     }
     __syncthreads();
-    const size_t part = ((size_t)t * ATT_HKV + u) * ATT_SPLITS + split;
-    for (int idx = threadIdx.x; idx < ATT_GROUP * ATT_D; idx += blockDim.x) {
-        const int g = idx / ATT_D, d = idx % ATT_D;
-        float M = -OJ_INF;
-        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, sm_m[w][g]);
-        float L = 0.0f, O = 0.0f;
-        for (int w = 0; w < ATT_WARPS; ++w) {
-            const float f = sm_l[w][g] > 0.0f ? __expf(sm_m[w][g] - M) : 0.0f;
-            L += sm_l[w][g] * f;
-            O += sm_acc[w][g][d] * f;
-        }
-        part_o[(part * ATT_GROUP + g) * ATT_D + d] = O;
-        if (d == 0) {
-            part_ml[(part * ATT_GROUP + g) * 2] = M;
-            part_ml[(part * ATT_GROUP + g) * 2 + 1] = L;
-        }
-    }
+    store_split(sm_m, sm_l, sm_acc, ((size_t)t * ATT_HKV + u) * ATT_SPLITS + split, part_o, part_ml);
 }
 
 // ---- the same on the tensor cores (KernelDims.att_tc; 256-wide heads, <= 8 per KV head) -----
@@ -485,23 +492,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
         }
     }
     __syncthreads();
-    const size_t part = ((size_t)t * ATT_HKV + u) * ATT_SPLITS + split;
-    for (int idx = threadIdx.x; idx < ATT_GROUP * ATT_D; idx += blockDim.x) {
-        const int g = idx / ATT_D, d = idx % ATT_D;
-        float M = -OJ_INF;
-        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, sm_m[w][g]);
-        float L = 0.0f, O = 0.0f;
-        for (int w = 0; w < ATT_WARPS; ++w) {
-            const float f = sm_l[w][g] > 0.0f ? __expf(sm_m[w][g] - M) : 0.0f;
-            L += sm_l[w][g] * f;
-            O += sm_acc[w][g][d] * f;
-        }
-        part_o[(part * ATT_GROUP + g) * ATT_D + d] = O;
-        if (d == 0) {
-            part_ml[(part * ATT_GROUP + g) * 2] = M;
-            part_ml[(part * ATT_GROUP + g) * 2 + 1] = L;
-        }
-    }
+    store_split(sm_m, sm_l, sm_acc, ((size_t)t * ATT_HKV + u) * ATT_SPLITS + split, part_o, part_ml);
 }
 #endif
 
