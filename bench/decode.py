@@ -381,9 +381,7 @@ def main() -> int:
             info["products"] = product_classes(model, [1, 4, 12])
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))
-            if args.json:
-                args.json.write_text(json.dumps(info, indent=2))
-            return 0
+            return save(info, args.json)
         table = decode_steps(backend, rows, args.context)
         for r in table:
             r["tok_per_s_per_row"] = 1e3 / r["ms"]
