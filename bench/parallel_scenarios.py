@@ -195,6 +195,20 @@ class Engine:
         elif choices[0].get("finish_reason") and not rec.events:
             rec.events.append((now, 0))  # ended without a token: marks the first response
 
+    async def step_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+        """OpenJet's steps and rows run so far (from /metrics); None for llama-server."""
+        if self.name != "openjet":
+            return None
+        response = await client.get(f"{self.base}/metrics")
+        response.raise_for_status()
+        wanted = {"openjet_steps_total": "steps", "openjet_rows_total": "rows"}
+        out: dict[str, float] = {}
+        for line in response.text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in wanted:
+                out[wanted[name]] = float(value)
+        return out
+
     async def reply_ids(
         self, client: httpx.AsyncClient, prompt: list[int], n: int, slot: int | None = None
     ) -> tuple[list[int], dict[str, Any]]:
@@ -316,9 +330,11 @@ async def interference(
         await asyncio.sleep(0.05)
     await asyncio.sleep(sizes.warm_s)
     b_prompt = prompts.make(sizes.prefill, "interference-b")
+    before = await engine.step_counters(client)
     b_sent = time.monotonic()
     b_ids, b_timings = await engine.reply_ids(client, b_prompt, sizes.reply)
     b_done = time.monotonic()
+    after = await engine.step_counters(client)
     prompt_s = float(b_timings.get("prompt_ms") or 0) / 1e3
     window_end = b_sent + prompt_s if prompt_s > 0 else b_done
     await asyncio.sleep(0.2)
@@ -339,6 +355,14 @@ async def interference(
         "b_prefill_tok_s": sizes.prefill / (window_end - b_sent),
         "b_timings": b_timings,
     }
+    if before is not None and after is not None:
+        # steps with A's row in them: A gains one token a step, so fewer A tokens than steps
+        # means steps that ran B's chunk without A's row
+        steps = after["steps"] - before["steps"]
+        result["engine_steps_during_b"] = steps
+        result["engine_rows_during_b"] = after["rows"] - before["rows"]
+        result["a_tokens_during_b"] = a.tokens_between(b_sent, b_done)
+        result["b_request_s"] = b_done - b_sent
     conversation = b_prompt + b_ids
     result["follow_up"] = await follow_up(engine, client, conversation, prompts, sizes, "fu-20k")
     return result

@@ -61,6 +61,13 @@ PRESETS: dict[str, SyntheticPreset] = {
         rope_n_rot=32, rope_sections=(6, 5, 5, 0), ssm_d_state=128, ssm_n_k_heads=2,
         ssm_n_v_heads=6, n_vocab=8192, context_length=32768,
     ),
+    # tiny with the 27B's attention heads (256 wide, 4 query heads per KV head): the shape the
+    # tensor-core attention kernel runs on
+    "tiny-wide": SyntheticPreset(
+        name="tiny-wide", n_embd=256, n_layer=8, n_ff=512, n_head=8, n_head_kv=2, head_dim=256,
+        rope_n_rot=64, rope_sections=(11, 11, 10, 0), ssm_d_state=64, ssm_n_k_heads=2,
+        ssm_n_v_heads=4, n_vocab=2048, context_length=16384,
+    ),
     "27b": SyntheticPreset(
         name="27b", n_embd=5120, n_layer=64, n_ff=17408, n_head=24, n_head_kv=4, head_dim=256,
         rope_n_rot=64, rope_sections=(11, 11, 10, 0), ssm_d_state=128, ssm_n_k_heads=16,

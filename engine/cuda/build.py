@@ -42,9 +42,9 @@ class KernelDims:
     att_nrot: int = 64
     kv_page: int = 16
     att_splits: int = 16  # CTAs per (row, KV head) over the context (fixed: batch invariance)
-    att_tc: int = (
-        0  # 1: attention on the tensor cores (attn_decode_tc; 256-wide heads, <= 8 per KV head)
-    )
+    # 1: attention on the tensor cores where the heads allow it (attn_decode_tc: 256-wide heads,
+    # <= 8 per KV head; 1.5-2.5 ms less per step at 23K context on the H200), else attn_decode
+    att_tc: int = 1
 
     def defines(self) -> tuple[str, ...]:
         return tuple(f"-D{name.upper()}={value}" for name, value in asdict(self).items())

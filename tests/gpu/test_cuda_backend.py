@@ -17,6 +17,7 @@ from engine.cuda.model import from_gguf
 from engine.gguf_file import open_gguf
 from engine.reference import ReferenceModel
 from engine.reference_ops import log_softmax
+from engine.synthetic import write_synthetic
 from tests.support import accuracy_cases as cases
 
 pytestmark = pytest.mark.gpu
@@ -47,9 +48,10 @@ def _prefill_logits(backend: CudaBackend, slot: int, tokens: tuple[int, ...]) ->
 CLEAR_GAP = 0.1
 
 
-@pytest.mark.parametrize("quant", cases.MIXES)
-def test_logits_match_the_exact_reference(models: dict[str, Path], quant: str) -> None:
-    gguf = open_gguf(models[quant])
+def _against_reference(path: Path) -> tuple[CudaBackend, float, np.ndarray, np.ndarray]:
+    """The accuracy prompts prefilled in chunks -> (backend, mean KL from the exact logits,
+    top-1 agreement per position, whether the exact top-2 gap is clear at each position)."""
+    gguf = open_gguf(path)
     ref = ReferenceModel(gguf)
     backend = CudaBackend(from_gguf(gguf), n_slots=cases.N_PROMPTS, kv_tokens=4096, max_rows=64)
     want, got = [], []
@@ -61,7 +63,12 @@ def test_logits_match_the_exact_reference(models: dict[str, Path], quant: str) -
     kl = float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
     agree = np.argmax(exact, -1) == np.argmax(ours, -1)
     top2 = np.sort(exact, -1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] >= CLEAR_GAP
+    return backend, kl, agree, top2[:, 1] - top2[:, 0] >= CLEAR_GAP
+
+
+@pytest.mark.parametrize("quant", cases.MIXES)
+def test_logits_match_the_exact_reference(models: dict[str, Path], quant: str) -> None:
+    _, kl, agree, clear = _against_reference(models[quant])
     theirs = cases.llamacpp_figures(quant) if quant in cases.QUANTIZED_MIXES else None
     print(f"{quant}: mean KL {kl:.2e}, top-1 {agree.mean():.4f} over {agree.size} positions")
     print(f"{quant}: llama.cpp's quantized path: {theirs or 'not measured (not quantized)'}")
@@ -129,6 +136,29 @@ def test_greedy_tokens_do_not_depend_on_the_batch_or_the_chunking(models: dict[s
     assert chunked == alone
     for s in range(1, 8):  # no cross-bleed: each slot alone gives what it gave in the crowd
         assert _greedy(backend, {s: prompts[s]}, 16)[s] == together[s]
+
+
+@pytest.mark.parametrize("quant", ["f32", "q4_k_m"])
+def test_tensor_core_attention_matches_the_exact_reference(
+    tmp_path_factory: pytest.TempPathFactory, quant: str
+) -> None:
+    """The 27B's attention heads (256 wide, 4 query heads per KV head) run attn_decode_tc, whose
+    scores and P.V products take f16 operands: whole-model logits still within the bars above,
+    and greedy tokens independent of the batch and the chunking."""
+    path = write_synthetic(
+        tmp_path_factory.mktemp("wide") / f"tiny-wide-{quant}.gguf", "tiny-wide", quant, 5
+    )
+    backend, kl, agree, clear = _against_reference(path)
+    assert backend.fwd.ops.attention_kernel == "attn_decode_tc"
+    print(f"tiny-wide {quant}: mean KL {kl:.2e}, top-1 {agree.mean():.4f} over {agree.size}")
+    assert kl <= 1e-3, f"mean KL {kl:.2e}"
+    assert agree[clear].all(), f"top-1 differs at {int((~agree[clear]).sum())} clear positions"
+    assert agree.mean() >= 0.99, f"top-1 agreement {agree.mean():.4f}"
+    n_vocab = open_gguf(path).config.n_vocab
+    prompts = {s: _prompt(40 + s, 50 + 9 * s, n_vocab) for s in range(4)}
+    alone = _greedy(backend, {0: prompts[0]}, 12)[0]
+    assert _greedy(backend, prompts, 12, chunk=16)[0] == alone  # 4 x 16 rows: max_rows
+    assert _greedy(backend, {0: prompts[0]}, 12, chunk=7)[0] == alone
 
 
 SPIN = r"""
