@@ -314,12 +314,11 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     from engine.cuda.kernels import Ops
 
     fwd, out = backend.fwd, []
-    ops0, parts0 = fwd.ops, fwd.att_parts
+    ops0 = fwd.ops
     try:
         for variant in variants:
             n, tc = int(variant.removesuffix("tc")), int(variant.endswith("tc"))
-            fwd.ops = Ops(replace(ops0.dims, att_splits=n, att_tc=tc))
-            fwd.att_parts = fwd.ops.attention_parts(backend.ws.max_rows)
+            fwd.use_ops(Ops(replace(ops0.dims, att_splits=n, att_tc=tc)))
             for slots, context in ((1, 512), (1, 8192), (1, 23000), (4, 23000), (8, 512)):
                 ms = time_rows(backend, [1] * slots, context, 1)
                 row = {"att_splits": n, "att_tc": tc, "slots": slots, "context": context, "ms": ms}
@@ -329,7 +328,7 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
                     flush=True,
                 )
     finally:
-        fwd.ops, fwd.att_parts = ops0, parts0
+        fwd.use_ops(ops0)
     return out
 
 

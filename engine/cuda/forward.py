@@ -158,6 +158,12 @@ class Forward:
         self._graphs: dict[Layout, Any] = {}
         self.att_parts = ops.attention_parts(ws.max_rows)  # context-split scratch
 
+    def use_ops(self, ops: Ops) -> None:
+        """Launch `ops` from now on (an op-kernel variant for benchmarks and tests); the captured
+        step graphs hold the old kernels, so they go."""
+        self.ops, self.att_parts = ops, ops.attention_parts(self.ws.max_rows)
+        self._graphs.clear()
+
     def trunk(self, lay: Layout) -> None:
         """Embedding, every layer, final norm (into ws.a) for the first n_rows rows."""
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
