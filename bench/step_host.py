@@ -4,7 +4,7 @@ time_rows), on the full 27B shape (random weights made on the GPU; no file neede
 
 The server's per-token time is the backend's step plus the scheduler and the HTTP stream; the
 gap between the graph time and `bench/parallel.py`'s rates is what this splits further.
-Usage: python bench/step_host.py [--slots 1,4] [--steps 200] [--json OUT]
+Usage: python bench/step_host.py [--slots 1,4] [--steps 200] [--context 64] [--json OUT]
 """
 
 from __future__ import annotations
@@ -49,22 +49,27 @@ def timed_methods(obj: Any, names: list[str], totals: dict[str, float]) -> Calla
     return undo
 
 
-def decode_steps(backend: Any, slots: int, steps: int) -> dict[str, float]:
-    """Milliseconds per step of `steps` greedy decode steps of `slots` slots (one row each):
-    the wall time and its host phases."""
+def decode_steps(backend: Any, slots: int, steps: int, context: int = 64) -> dict[str, float]:
+    """Milliseconds per step of `steps` greedy decode steps of `slots` slots (one row each)
+    after a `context`-token prompt each: the wall time and its host phases."""
     import cupy as cp
 
     from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
 
     last = {}
-    for s in range(slots):  # a 64-token prompt each
+    chunk = backend.max_rows
+    for s in range(slots):
         backend.reset_slot(s)
-        prompt = tuple((s * 31 + i * 7) % 1000 for i in range(64))
-        result = backend.step(StepPlan((SlotStep(s, RowKind.PREFILL, prompt, 0, GREEDY),)))
+        prompt = tuple((s * 31 + i * 7) % 1000 for i in range(context))
+        for begin in range(0, context, chunk):
+            part = prompt[begin : begin + chunk]
+            final = begin + chunk >= context
+            step = SlotStep(s, RowKind.PREFILL, part, begin, GREEDY, sample=final)
+            result = backend.step(StepPlan((step,)))
         last[s] = result.for_slot(s).accepted[-1]
     totals: dict[str, float] = defaultdict(float)
     undo = [
-        timed_methods(backend, ["_upload", "_finish"], totals),
+        timed_methods(backend, ["_upload", "_finish", "_sync_page_table", "_extend"], totals),
         timed_methods(backend.fwd, ["run"], totals),
     ]
     cp.cuda.Device().synchronize()
@@ -95,6 +100,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", default="1,4")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--context", type=int, default=64, help="prompt tokens per slot first")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/step_host.py")
@@ -105,7 +111,7 @@ def main() -> int:
 
     backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
     for slots in (int(s) for s in args.slots.split(",")):
-        row = decode_steps(backend, slots, args.steps)
+        row = decode_steps(backend, slots, args.steps, args.context)
         info[f"slots_{slots}"] = row
         print(f"{slots} slot(s):", json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
     if args.json:
