@@ -2,9 +2,11 @@
 # One device call: install carried wheels, run the GPU tests, then the benchmarks.
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
 #   tests | bench | all | variants   GPU tests / bench/decode.py (carry: .whl)
-#   pending                          what a branch of unverified GPU work needs in one call (~9
-#                                    min): the GPU tests, bench/decode.py --step --row-variants
-#                                    and --step, and OpenJet's server
+#   pending                          a branch of unverified GPU work, first call (~8 min): the
+#                                    whole GPU suite (~5 min) and bench/decode.py --step
+#   pending-bench                    its second call (~7 min): the weight pass under the row
+#                                    variants, the attention variants at 512-23K contexts
+#                                    (CONTEXTS, default 16,16tc) and OpenJet's server
 #                                    (bench/parallel.py --engines openjet; carry: .whl)
 #   vs-llamacpp                      bench/vs_llamacpp.py: llama.cpp CUDA build (~5 min, in the
 #                                    background) + the 27B GGUF + both sides (carry: .whl .device-carry)
@@ -55,13 +57,13 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -60
 fi
 if [ "$MODE" = pending ]; then
-  timeout 160 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+  timeout 360 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+  timeout 170 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
+fi
+if [ "$MODE" = pending-bench ]; then
   timeout 100 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant
-  timeout 240 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
-  if [ -n "${CONTEXTS:-}" ]; then  # e.g. CONTEXTS=16,16tc: attention variants at 512-23K contexts
-    timeout 150 python3 bench/decode.py --step --rows 1 --contexts "$CONTEXTS" --json "$OUT/contexts.json" 2>&1 | tee "$OUT/contexts.log" | grep attention
-  fi
-  timeout 185 python3 bench/parallel.py --engines openjet --budget 170 --json "$OUT/parallel_openjet.json" 2>&1 | tee "$OUT/parallel.log" | grep "goal\|per agent\|fraction\|first token"
+  timeout 120 python3 bench/decode.py --step --rows 1 --contexts "${CONTEXTS:-16,16tc}" --json "$OUT/contexts.json" 2>&1 | tee "$OUT/contexts.log" | grep attention
+  timeout 200 python3 bench/parallel.py --engines openjet --budget 185 --json "$OUT/parallel_openjet.json" 2>&1 | tee "$OUT/parallel.log" | grep "goal\|per agent\|fraction\|first token"
 fi
 if [ "$MODE" = variants ]; then
   timeout 300 python3 bench/decode.py --step --variants --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.log"
