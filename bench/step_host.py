@@ -4,7 +4,7 @@ time_rows), on the full 27B shape (random weights made on the GPU; no file neede
 
 The server's per-token time is the backend's step plus the scheduler and the HTTP stream; the
 gap between the graph time and `bench/parallel.py`'s rates is what this splits further.
-Usage: python bench/step_host.py [--slots 1,4] [--steps 200] [--context 64] [--json OUT]
+Usage: python bench/step_host.py [--slots 1,4] [--steps 200] [--context 64] [--idle 0,3] [--json OUT]
 """
 
 from __future__ import annotations
@@ -49,24 +49,53 @@ def timed_methods(obj: Any, names: list[str], totals: dict[str, float]) -> Calla
     return undo
 
 
-def decode_steps(backend: Any, slots: int, steps: int, context: int = 64) -> dict[str, float]:
+def prefill(backend: Any, slot: int, prompt: tuple[int, ...], start: int = 0, cut: int = 0) -> tuple[int, int]:  # fmt: skip
+    """Prefill prompt[start:] into the slot in chunks of max_rows -> (the sampled token, the
+    id of the checkpoint saved at length `cut`, 0 for none)."""
+    from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
+
+    chunk, saved, token = backend.max_rows, 0, -1
+    for begin in range(start, len(prompt), chunk):
+        part = prompt[begin : begin + chunk]
+        final = begin + chunk >= len(prompt)
+        cuts = (cut,) if begin < cut <= begin + len(part) else ()
+        step = SlotStep(slot, RowKind.PREFILL, part, begin, GREEDY, sample=final, checkpoints=cuts)
+        result = backend.step(StepPlan((step,))).for_slot(slot)
+        saved = next((ident for _, ident in result.checkpoints), saved)
+        token = result.accepted[-1] if final else token
+    return token, saved
+
+
+def decode_steps(
+    backend: Any, slots: int, steps: int, context: int = 64, idle: int = 0
+) -> dict[str, float]:
     """Milliseconds per step of `steps` greedy decode steps of `slots` slots (one row each)
-    after a `context`-token prompt each: the wall time and its host phases."""
+    after a `context`-token prompt each: the wall time and its host phases. idle: that many
+    more slots hold a context as long but do not decode, their first context - 1,024 tokens
+    shared with slot 0's pages (as the server's long-context scenario leaves them: a common
+    head restored from a checkpoint, a tail of their own)."""
     import cupy as cp
 
     from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
 
     last = {}
-    chunk = backend.max_rows
-    for s in range(slots):
+    head = max(0, context - 1024) if idle else 0
+    shared = 0
+    for s in range(slots + idle):
         backend.reset_slot(s)
         prompt = tuple((s * 31 + i * 7) % 1000 for i in range(context))
-        for begin in range(0, context, chunk):
-            part = prompt[begin : begin + chunk]
-            final = begin + chunk >= context
-            step = SlotStep(s, RowKind.PREFILL, part, begin, GREEDY, sample=final)
-            result = backend.step(StepPlan((step,)))
-        last[s] = result.for_slot(s).accepted[-1]
+        if shared:  # the common head from slot 0's checkpoint, then this slot's own tail
+            prompt = tuple(i * 7 % 1000 for i in range(head)) + prompt[head:]
+            backend.restore_checkpoint(s, shared)
+            token, _ = prefill(backend, s, prompt, head)
+        else:
+            if head:
+                prompt = tuple(i * 7 % 1000 for i in range(head)) + prompt[head:]
+            token, shared = prefill(backend, s, prompt, 0, head)
+        if s < slots:
+            last[s] = token
+    if shared:
+        backend.free_checkpoint(shared)  # the slots that restored it keep its pages
     totals: dict[str, float] = defaultdict(float)
     undo = [
         timed_methods(backend, ["_upload", "_finish", "_sync_page_table", "_extend"], totals),
@@ -101,6 +130,7 @@ def main() -> int:
     parser.add_argument("--slots", default="1,4")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--context", type=int, default=64, help="prompt tokens per slot first")
+    parser.add_argument("--idle", default="0", help="idle long slots beside them, e.g. 0,3")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/step_host.py")
@@ -111,9 +141,11 @@ def main() -> int:
 
     backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
     for slots in (int(s) for s in args.slots.split(",")):
-        row = decode_steps(backend, slots, args.steps, args.context)
-        info[f"slots_{slots}"] = row
-        print(f"{slots} slot(s):", json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
+        for idle in (int(n) for n in args.idle.split(",")):
+            row = decode_steps(backend, slots, args.steps, args.context, idle)
+            name = f"slots_{slots}" + (f"_idle_{idle}" if idle else "")
+            info[name] = row
+            print(f"{name}:", json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
     if args.json:
         args.json.write_text(json.dumps(info, indent=2))
     return 0
