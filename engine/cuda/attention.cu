@@ -329,14 +329,6 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
 // f16 operands: Q, P and V*scale are rounded to f16 (attn_decode keeps them in f32), the
 // products' precision; q8_0 codes become f16 exactly (0x6400 | biased byte, minus 1152).
 #if ATT_D == 256 && ATT_GROUP <= 8 && ATT_CHUNK == 16 * ATT_WARPS
-OJ_DEV void att_mma(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-OJ_DEV u32 att_word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 // Bytes (0, 2) (sel 0x4240) or (1, 3) (sel 0x4341) of w, biased codes (XOR 0x80), as an exact
 // f16 pair: 0x64 above a byte b is the f16 1024 + b.
 #define ATT_H2_1152 0x64806480u
@@ -404,10 +396,10 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
                 for (int h = 0; h < 2; ++h) {
                     const int kc = 2 * bb + h;
                     const u32 w = kw[4 * kc] ^ 0x80808080u;
-                    att_mma(acc, qa[kc][0], 0u, qa[kc][1], 0u, codes_h2(w, 0x4240u), codes_h2(w, 0x4341u));
+                    mma_16816(acc, qa[kc][0], 0u, qa[kc][1], 0u, codes_h2(w, 0x4240u), codes_h2(w, 0x4341u));
                 }
-                sc[j][0] = fmaf(acc[0], h2f((u16)(att_word(d0, bb >> 1) >> (16 * (bb & 1)))), sc[j][0]);
-                sc[j][1] = fmaf(acc[1], h2f((u16)(att_word(d1, bb >> 1) >> (16 * (bb & 1)))), sc[j][1]);
+                sc[j][0] = fmaf(acc[0], h2f((u16)(word_of(d0, bb >> 1) >> (16 * (bb & 1)))), sc[j][0]);
+                sc[j][1] = fmaf(acc[1], h2f((u16)(word_of(d1, bb >> 1) >> (16 * (bb & 1)))), sc[j][1]);
             }
             if (p0 > hi) sc[j][0] = -OJ_INF;
             if (p0 + 1 > hi) sc[j][1] = -OJ_INF;
@@ -451,14 +443,11 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
                 const size_t vb = kv_base(pv[k]);
                 const uint4* src = (const uint4*)(vq + vb * ATT_D + 32 * gid);
                 const uint4 x0 = src[0], x1 = src[1];
-                vw[k][0] = x0.x ^ 0x80808080u;
-                vw[k][1] = x0.y ^ 0x80808080u;
-                vw[k][2] = x0.z ^ 0x80808080u;
-                vw[k][3] = x0.w ^ 0x80808080u;
-                vw[k][4] = x1.x ^ 0x80808080u;
-                vw[k][5] = x1.y ^ 0x80808080u;
-                vw[k][6] = x1.z ^ 0x80808080u;
-                vw[k][7] = x1.w ^ 0x80808080u;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    vw[k][i] = word_of(x0, i) ^ 0x80808080u;
+                    vw[k][4 + i] = word_of(x1, i) ^ 0x80808080u;
+                }
                 sv[k] = vd[vb * (ATT_D / 32) + gid];
             }
             vs01 = (u32)sv[0] | ((u32)sv[1] << 16);
@@ -471,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
             const u32 a1 = hmul2(code_pair(vw[0][wh], vw[1][wh], bi), vs01);
             const u32 a2 = hmul2(code_pair(vw[2][wl], vw[3][wl], bi), vs23);
             const u32 a3 = hmul2(code_pair(vw[2][wh], vw[3][wh], bi), vs23);
-            att_mma(o[mt], a0, a1, a2, a3, pb0, pb1);
+            mma_16816(o[mt], a0, a1, a2, a3, pb0, pb1);
         }
     }
     // the warps' partial results through shared memory, combined as in attn_decode

@@ -145,7 +145,7 @@ class MatmulConfig:
     mt1: int = 1
     min_blocks1: int = 4
     # narrow products (their single-n-tile grid fits in one wave at min_blocks1d CTAs per SM)
-    # run the `_1d` kernels: two super-blocks in flight per warp, more registers
+    # run the `_1d` kernels (matmul.cu: a deeper load pipeline, more registers)
     deep_narrow: bool = True
     min_blocks1d: int = 3
     deep_all: bool = False  # every single-n-tile product on the `_1d` kernels (a bench variant)

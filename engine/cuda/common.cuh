@@ -51,6 +51,16 @@ OJ_DEV u32 hfma2(u32 a, u32 b, u32 c) {
     return d;
 }
 OJ_DEV float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
+OJ_DEV u32 word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// ---- tensor cores: d += A B, m16n8k16, f16 operands, f32 accumulators (sm_80+) -------------
+OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 
 // ---- math ---------------------------------------------------------------------------------
 OJ_DEV float silu_f(float x) { return x / (1.0f + __expf(-x)); }

@@ -25,7 +25,7 @@ def _i32(v: int) -> np.int32:
     return np.int32(v)
 
 
-RMSNORM_THREADS = 1024  # threads per row of rmsnorm_rows (was 256 before v16)
+RMSNORM_THREADS = 1024  # threads per row of rmsnorm_rows (one CTA per row: see Ops.rmsnorm)
 
 
 def _check(cond: bool, msg: str) -> None:

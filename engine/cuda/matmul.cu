@@ -11,9 +11,9 @@
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
 // (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
 // cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2 prefetches of
-// the blocks 2-8 super-blocks ahead 1-10 % slower: the loop is latency-bound, half its issue
-// slots used and loads its main stall (Nsight Compute), not short of bytes in flight;
-// bench/NOTES.md.)
+// the blocks 2-8 super-blocks ahead 1-10 % slower, and a ring with truly two super-blocks in
+// flight no faster: the loop is bound by issuing its dequantization, ~408 warp instructions
+// per super-block of 16 rows, not by bytes in flight; bench/NOTES.md v15f, v16.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
@@ -38,14 +38,6 @@
 #ifndef MM_MINB1D
 #define MM_MINB1D 3  // the deep single-n-tile kernels (_1d) for narrow products
 #endif
-
-OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
 // (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
@@ -138,9 +130,11 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
             for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 
     const int nsb = W.cols >> 8;
-    // Software pipeline: the raw blocks of this warp's next DEPTH super-blocks are in flight
-    // while this one is dequantized and multiplied (the loop is latency-bound otherwise).
-    // ring[0] is the current super-block, ring[d] the one d steps ahead.
+    // Software pipeline: the raw blocks of this warp's next DEPTH super-blocks are loaded
+    // while this one is dequantized and multiplied. ring[0] is the current super-block, ring[d]
+    // the one d steps ahead. (With DEPTH 2 the shift below makes the compiler wait for the
+    // load just issued, so one super-block is in flight in effect; an unrolled ring that kept
+    // two was no faster, bench/NOTES.md v16a.)
     Frag ring[DEPTH + 1][MT][2];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
@@ -229,10 +223,10 @@ extern "C" __global__ void __launch_bounds__(128)
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
 // mm_<type>_<NT> take f32 activations, mmh_<type>_<NT> packed f16 ones (b_pair).
-// <...>_1d: the single-n-tile kernel with two super-blocks in flight per warp (more registers,
-// MM_MINB1D CTAs per SM) for narrow products, whose grid (e.g. 320 CTAs for 5,120 features)
-// fills less than one wave at 4 CTAs per SM anyway: Nsight Compute showed them at 31-47 % of
-// DRAM bandwidth with 9.7 warps per SM, waiting on the weight loads. Same order, same bits.
+// <...>_1d: the single-n-tile kernel with DEPTH 2 and MM_MINB1D CTAs per SM (more registers)
+// for narrow products, whose grid (e.g. 320 CTAs for 5,120 features) fills less than one wave
+// at 4 CTAs per SM anyway: 2 % off the weight pass at 1-4 rows (bench/NOTES.md v16). Same
+// order, same bits.
 #define OJ_MM_NT(PREFIX, FRAG, XH)                                 \
     OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XH, 1)     \
     OJ_MM_KERNEL(PREFIX##_1d, FRAG, MM_MT1, 1, MM_MINB1D, XH, 2)   \

@@ -47,7 +47,6 @@ OJ_DEV size_t unit_index(const WDesc& W, int row, int sb) {
 #define H2_M64 0xD400D400u        // -64
 #define H2_M96 0xD600D600u        // -96
 
-OJ_DEV u32 word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 OJ_DEV u32 byte_of(const uint4& v, int i) { return (word_of(v, i >> 2) >> (8 * (i & 3))) & 0xFFu; }
 
 // (x & MASK) | y in one LOP3: written in C the compiler spends two instructions when both
