@@ -206,6 +206,24 @@ def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
     return result
 
 
+def prefill_prompt(backend: Any, slot: int, prompt: tuple[int, ...], start: int = 0, cut: int = 0, chunk: int = 0) -> tuple[int, int]:  # fmt: skip
+    """Prefill prompt[start:] into the slot through backend.step in chunks (of max_rows unless
+    given), the last one sampled -> (the sampled token, the id of the checkpoint saved at
+    length `cut`, 0 for none)."""
+    from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
+
+    chunk, saved, token = chunk or backend.max_rows, 0, -1
+    for begin in range(start, len(prompt), chunk):
+        part = prompt[begin : begin + chunk]
+        final = begin + chunk >= len(prompt)
+        cuts = (cut,) if begin < cut <= begin + len(part) else ()
+        step = SlotStep(slot, RowKind.PREFILL, part, begin, GREEDY, sample=final, checkpoints=cuts)
+        result = backend.step(StepPlan((step,))).for_slot(slot)
+        saved = next((ident for _, ident in result.checkpoints), saved)
+        token = result.accepted[-1] if final else token
+    return token, saved
+
+
 def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
     """Tokens per second of a prompt of n_tokens in chunks through CudaBackend.step, timed on
     the second of two runs (the first captures the chunk layouts' graphs, as llama-bench's
@@ -214,18 +232,13 @@ def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
 
     import cupy as cp
 
-    from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
-
-    tokens = [(i * 7919) % 1000 for i in range(n_tokens)]
+    tokens = tuple((i * 7919) % 1000 for i in range(n_tokens))
     seconds = 0.0
     for _run in range(2):
         backend.reset_slot(0)
         cp.cuda.Device().synchronize()
         start = time.perf_counter()
-        for i in range(0, n_tokens, chunk):
-            part = tuple(tokens[i : i + chunk])
-            last = i + chunk >= n_tokens
-            backend.step(StepPlan((SlotStep(0, RowKind.PREFILL, part, i, GREEDY, sample=last),)))
+        prefill_prompt(backend, 0, tokens, chunk=chunk)
         cp.cuda.Device().synchronize()
         seconds = time.perf_counter() - start
     return n_tokens / seconds

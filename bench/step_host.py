@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
-from bench.decode import time_rows  # noqa: E402
+from bench.decode import prefill_prompt, save, time_rows  # noqa: E402
 
 
 def timed_methods(obj: Any, names: list[str], totals: dict[str, float]) -> Callable[[], None]:
@@ -49,23 +49,6 @@ def timed_methods(obj: Any, names: list[str], totals: dict[str, float]) -> Calla
     return undo
 
 
-def prefill(backend: Any, slot: int, prompt: tuple[int, ...], start: int = 0, cut: int = 0) -> tuple[int, int]:  # fmt: skip
-    """Prefill prompt[start:] into the slot in chunks of max_rows -> (the sampled token, the
-    id of the checkpoint saved at length `cut`, 0 for none)."""
-    from engine.backend import GREEDY, RowKind, SlotStep, StepPlan
-
-    chunk, saved, token = backend.max_rows, 0, -1
-    for begin in range(start, len(prompt), chunk):
-        part = prompt[begin : begin + chunk]
-        final = begin + chunk >= len(prompt)
-        cuts = (cut,) if begin < cut <= begin + len(part) else ()
-        step = SlotStep(slot, RowKind.PREFILL, part, begin, GREEDY, sample=final, checkpoints=cuts)
-        result = backend.step(StepPlan((step,))).for_slot(slot)
-        saved = next((ident for _, ident in result.checkpoints), saved)
-        token = result.accepted[-1] if final else token
-    return token, saved
-
-
 def decode_steps(
     backend: Any, slots: int, steps: int, context: int = 64, idle: int = 0
 ) -> dict[str, float]:
@@ -80,18 +63,16 @@ def decode_steps(
 
     last = {}
     head = max(0, context - 1024) if idle else 0
-    shared = 0
+    common = tuple(i * 7 % 1000 for i in range(head))
+    shared = 0  # the checkpoint of slot 0 after the common head
     for s in range(slots + idle):
         backend.reset_slot(s)
-        prompt = tuple((s * 31 + i * 7) % 1000 for i in range(context))
-        if shared:  # the common head from slot 0's checkpoint, then this slot's own tail
-            prompt = tuple(i * 7 % 1000 for i in range(head)) + prompt[head:]
+        prompt = common + tuple((s * 31 + i * 7) % 1000 for i in range(head, context))
+        if shared:  # the head from slot 0's checkpoint, then this slot's own tail
             backend.restore_checkpoint(s, shared)
-            token, _ = prefill(backend, s, prompt, head)
+            token, _ = prefill_prompt(backend, s, prompt, head)
         else:
-            if head:
-                prompt = tuple(i * 7 % 1000 for i in range(head)) + prompt[head:]
-            token, shared = prefill(backend, s, prompt, 0, head)
+            token, shared = prefill_prompt(backend, s, prompt, 0, head)
         if s < slots:
             last[s] = token
     if shared:
@@ -146,9 +127,7 @@ def main() -> int:
             name = f"slots_{slots}" + (f"_idle_{idle}" if idle else "")
             info[name] = row
             print(f"{name}:", json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(info, indent=2))
-    return 0
+    return save(info, args.json)
 
 
 if __name__ == "__main__":
