@@ -65,6 +65,10 @@ class PagedKVPool:
         self._sealed = [0] * self.n_pages
         self._free = list(range(self.n_pages - 1, -1, -1))  # pop() takes the lowest page
         self._tables: dict[Owner, _Table] = {}
+        # per owner, a stamp that changes whenever its page list does (not its length): a
+        # backend re-uploads only the tables whose stamp moved since its last upload
+        self._stamps: dict[Owner, int] = {}
+        self._clock = 0
 
     @property
     def total_tokens(self) -> int:
@@ -90,6 +94,14 @@ class PagedKVPool:
         """The owner's page table: page ids in position order."""
         table = self._tables.get(owner)
         return list(table.pages) if table else []
+
+    def revision(self, owner: Owner) -> int:
+        """A number that changes whenever the owner's page list changes (0: never had pages)."""
+        return self._stamps.get(owner, 0)
+
+    def _touch(self, owner: Owner) -> None:
+        self._clock += 1
+        self._stamps[owner] = self._clock
 
     def owners(self) -> list[Owner]:
         return list(self._tables)
@@ -125,9 +137,12 @@ class PagedKVPool:
             self._drop(old, owner)
         elif table.pages and table.length % self.page_size:
             self._claim(table.pages[-1], owner)
+        grown = len(table.pages) * self.page_size < new_length
         while len(table.pages) * self.page_size < new_length:
             table.pages.append(self._take(owner))
         table.length = new_length
+        if copies or grown:
+            self._touch(owner)
         return copies
 
     def truncate(self, owner: Owner, new_length: int) -> None:
@@ -138,6 +153,8 @@ class PagedKVPool:
                 f"cannot truncate {owner!r} of length {self.length(owner)} to {new_length}"
             )
         keep = -(-new_length // self.page_size)
+        if keep < len(table.pages):
+            self._touch(owner)
         for page in table.pages[keep:]:
             self._drop(page, owner)
         del table.pages[keep:]
@@ -151,6 +168,7 @@ class PagedKVPool:
             self._refs[page] += 1
         self.release(dst)
         self._tables[dst] = _Table(pages, length)
+        self._touch(dst)
         if pages and length % self.page_size:
             last = pages[-1]
             self._sealed[last] = max(self._sealed[last], length % self.page_size)
@@ -158,6 +176,7 @@ class PagedKVPool:
     def release(self, owner: Owner) -> None:
         table = self._tables.pop(owner, None)
         if table:
+            self._touch(owner)
             for page in table.pages:
                 self._drop(page, owner)
 

@@ -6,6 +6,7 @@ import pytest
 
 from engine.state import (
     CopyOp,
+    Owner,
     PagedKVPool,
     PoolExhausted,
     PrefixIndex,
@@ -68,6 +69,52 @@ def test_release_frees_only_unshared_pages() -> None:
     assert pool.free_pages == 2
     pool.release("ckpt")
     assert pool.free_pages == 4
+
+
+def test_revision_moves_exactly_when_a_page_list_changes() -> None:
+    """CudaBackend re-uploads a slot's page list only when its revision moved: every change of
+    the list must move it; a write inside the last page need not."""
+    pool = PagedKVPool(256, page_size=16)
+    seen: dict[Owner, int] = {0: pool.revision(0)}
+
+    def moved(owner: Owner = 0) -> bool:
+        now = pool.revision(owner)
+        changed = now != seen.get(owner)
+        seen[owner] = now
+        return changed
+
+    steps: list[tuple[str, bool]] = []
+    pool.extend(0, 10)
+    steps.append(("first page", moved()))
+    pool.extend(0, 16)
+    steps.append(("same page", moved()))
+    pool.extend(0, 17)
+    steps.append(("second page", moved()))
+    pool.truncate(0, 17)
+    steps.append(("truncate to the same length", moved()))
+    pool.share(0, "ckpt")
+    pool.truncate(0, 15)
+    steps.append(("truncate drops a page", moved()))
+    pool.extend(0, 20)  # a new second page
+    steps.append(("page again", moved()))
+    before = pool.pages(1)
+    pool.share("ckpt", 1)  # slot 1 restores the checkpoint (17 rows: 1 row into page 2)
+    steps.append(("restore into slot 1", moved(1) and pool.pages(1) != before))
+    assert pool.extend(1, 18) != []  # the shared second page is copied before the write
+    steps.append(("copy on write", moved(1)))
+    pool.release(1)
+    steps.append(("release", moved(1)))
+    assert steps == [
+        ("first page", True),
+        ("same page", False),
+        ("second page", True),
+        ("truncate to the same length", False),
+        ("truncate drops a page", True),
+        ("page again", True),
+        ("restore into slot 1", True),
+        ("copy on write", True),
+        ("release", True),
+    ]
 
 
 def test_prefix_index_finds_the_longest_usable_checkpoint() -> None:
