@@ -345,6 +345,34 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
+    """Decode steps (1, 4, 8 slots) and a 512-row prompt chunk, and prefill throughput, with
+    the DeltaNet recurrence over each number of state columns per CTA (KernelDims.dn_cb) in
+    every pass of at least forward.DN_SPLIT_ROWS rows; 0: no pass split."""
+    from dataclasses import replace
+
+    from engine.cuda import forward
+    from engine.cuda.kernels import Ops
+
+    fwd, out = backend.fwd, []
+    ops0, rows0 = fwd.ops, forward.DN_SPLIT_ROWS
+    try:
+        for cb in widths:
+            fwd.use_ops(Ops(replace(ops0.dims, dn_cb=cb or ops0.dims.dn_cb)))
+            forward.DN_SPLIT_ROWS = rows0 if cb else 1 << 30
+            row: dict[str, Any] = {"dn_cb": cb}
+            for slots in (1, 4, 8):
+                row[f"decode_{slots}_ms"] = time_rows(backend, [1] * slots, 512, 1)
+            row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
+            row["prefill512_tok_s"] = prefill(backend, 512)
+            out.append(row)
+            print("deltanet", json.dumps(row), flush=True)
+    finally:
+        fwd.use_ops(ops0)
+        forward.DN_SPLIT_ROWS = rows0
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,2,4,8,12,16,20")
@@ -358,6 +386,7 @@ def main() -> int:
         default="",
         help="attention variants to sweep: split counts, tc = tensor cores",
     )
+    parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/decode.py")
@@ -391,6 +420,10 @@ def main() -> int:
         backend = CudaBackend(model, n_slots=8, kv_tokens=131072, max_rows=512)
         if args.products:
             info["products"] = product_classes(model, [1, 4, 12])
+        if args.deltanet:  # the sweep alone, then stop
+            widths = [int(v) for v in args.deltanet.split(",")]
+            info["deltanet"] = deltanet_sweep(backend, widths)
+            return save(info, args.json)
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))
             return save(info, args.json)

@@ -36,6 +36,9 @@ class KernelDims:
     dn_dk: int = 128  # DeltaNet key head dim
     dn_dv: int = 128  # DeltaNet value head dim
     dn_hk: int = 16  # DeltaNet key heads
+    # DeltaNet state columns per dn_recur_split CTA (a divisor of dn_dv): 32 spreads a prompt's
+    # sequential rows over 4x the SMs (deltanet.cu)
+    dn_cb: int = 32
     att_d: int = 256  # attention head dim
     att_hq: int = 24
     att_hkv: int = 4

@@ -30,6 +30,9 @@
 #ifndef DN_HK
 #define DN_HK 16
 #endif
+#ifndef DN_CB
+#define DN_CB 32  // state columns per dn_recur_split CTA (a divisor of DN_DV)
+#endif
 
 // One channel of one row: conv over (state, earlier rows of the segment, this row), then SiLU.
 OJ_DEV float dn_conv_channel(const float* mix, int ldm, const float* conv_w, const float* conv_st,
@@ -72,33 +75,72 @@ OJ_DEV void conv_commit_channel(const float* mix, int ldm, float* st, int C, int
     for (int j = 0; j < 3; ++j) st[(size_t)j * C + c] = nv[j];
 }
 
-// The delta rule for one value head over the rows of one segment. Two threads per state
-// column: thread 2c + h owns column c's rows h*DN_DK/2 .. +DN_DK/2 of the state (64 registers,
-// where one thread per column held all 128 and spilled), and the pair adds its two partial
-// dot products with one shuffle. Thread pairs load element c of the row's q and k (qwen35's
-// key and value head dims are equal).
-// grid (HV [+ ceil(C / (2*DN_DV))], segments, layers), block 2*DN_DV.
+// The gated RMSNorm of one value head's DN_DV outputs in each of a segment's rows, one warp per
+// row: y = y / rms(y) * ssm_norm * silu(z), in place.
+OJ_DEV void dn_gate_norm_rows(float* y, const float* z, int ldz, const float* ssm_norm, int HV,
+                              int j, int t0, int nrows) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int PER_LANE = DN_DV / 32;
+    for (int r = warp; r < nrows; r += blockDim.x >> 5) {
+        const size_t t = (size_t)(t0 + r);
+        float* yr = y + t * HV * DN_DV + j * DN_DV;
+        float ov[PER_LANE], ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < PER_LANE; ++e) {
+            ov[e] = yr[lane + 32 * e];
+            ss += ov[e] * ov[e];
+        }
+        const float inv = rsqrtf(warp_sum(ss) / (float)DN_DV + OJ_EPS);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; ++e) {
+            const int col = lane + 32 * e;
+            yr[col] = ov[e] * inv * ssm_norm[col] * silu_f(z[t * ldz + j * DN_DV + col]);
+        }
+    }
+}
+
+// The delta rule for one value head over the rows of one segment, CB of its state columns per
+// CTA. Two threads per state column: thread 2c + h owns column c's rows h*DN_DK/2 .. +DN_DK/2
+// of the state (64 registers, where one thread per column held all 128 and spilled), and the
+// pair adds its two partial dot products with one shuffle. A column's update reads only that
+// column (and the row's q, k), so the arithmetic of a column is the same at any CB (same
+// bits). Two kernels:
+//   dn_recur        CB = DN_DV: a CTA per head, the gated RMSNorm of the outputs after the
+//                   recurrence in the same CTA (decode: one row per segment, fewest launches)
+//   dn_recur_split  CB = DN_CB: DN_DV / DN_CB CTAs per head, so a prompt's rows, which run one
+//                   after another here, keep 4x the SMs busy (48 heads x 4 CTAs on the H200's
+//                   132 SMs where 48 CTAs left most idle: a 512-row chunk 242 -> 231 ms); the
+//                   norm needs a head's whole row and runs after it (dn_gate_norm)
+// grid (HV * DN_DV / CB [+ ceil(C / (2*CB))], segments, layers), block 2*CB.
 // With mix != nullptr the extra blocks of grid x commit the conv state after seg_keep[s] rows,
-// 2*DN_DV channels each (this kernel runs after dn_conv, the state's only reader): no launch
-// of its own, one graph node less per DeltaNet layer.
+// 2*CB channels each (this kernel runs after dn_conv, the state's only reader): no launch of
+// its own, one graph node less per DeltaNet layer.
 static_assert(DN_DK == DN_DV, "dn_recur: one thread pair per key and value element");
 static_assert(DN_DK % 4 == 0, "dn_recur: each thread's half in two FMA chains");
 static_assert(DN_DV % 32 == 0, "dn_recur: the output norm takes DN_DV / 32 columns per lane");
+static_assert(DN_DV % DN_CB == 0, "dn_recur_split: DN_CB divides the value head");
 #define DN_KH (DN_DK / 2)
-extern "C" __global__ void __launch_bounds__(2 * DN_DV)
-    dn_recur(const float* u, const float* z, int ldz, const float* beta, const float* alpha,
-             int ldg, const float* ssm_a, const float* dt_bias, const float* ssm_norm,
-             float* state, float* y, const int* seg_slot, const int* seg_start,
-             const int* seg_rows, const int* seg_commit, int HV, long long u_lstride,
-             long long g_lstride, long long p_lstride, long long st_lstride, const float* mix,
-             int ldm, float* conv_st, const int* seg_keep, long long mix_lstride,
-             long long cst_lstride) {
+#define DN_RECUR_PARAMS                                                                          \
+    const float *u, const float *z, int ldz, const float *beta, const float *alpha, int ldg,    \
+        const float *ssm_a, const float *dt_bias, const float *ssm_norm, float *state, float *y, \
+        const int *seg_slot, const int *seg_start, const int *seg_rows, const int *seg_commit,   \
+        int HV, long long u_lstride, long long g_lstride, long long p_lstride,                   \
+        long long st_lstride, const float *mix, int ldm, float *conv_st, const int *seg_keep,    \
+        long long mix_lstride, long long cst_lstride
+#define DN_RECUR_ARGS                                                                           \
+    u, z, ldz, beta, alpha, ldg, ssm_a, dt_bias, ssm_norm, state, y, seg_slot, seg_start,       \
+        seg_rows, seg_commit, HV, u_lstride, g_lstride, p_lstride, st_lstride, mix, ldm, conv_st, \
+        seg_keep, mix_lstride, cst_lstride
+template <int CB>
+OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
+    constexpr int NCB = DN_DV / CB;
+    constexpr int QKR = (DN_DK + 2 * CB - 1) / (2 * CB);  // q and k elements a thread stages
     __shared__ float qs[2][DN_DK], ks[2][DN_DK];  // double-buffered: one barrier per row
-    const int j = blockIdx.x, s = blockIdx.y, g = j % DN_HK;
-    const int c = threadIdx.x >> 1, hf = threadIdx.x & 1, k0 = hf * DN_KH;
-    const int C = 2 * DN_HK * DN_DK + HV * DN_DV;
+    const int j = blockIdx.x / NCB, s = blockIdx.y, g = j % DN_HK;
+    const int c = (blockIdx.x % NCB) * CB + (threadIdx.x >> 1), hf = threadIdx.x & 1;
+    const int k0 = hf * DN_KH, C = 2 * DN_HK * DN_DK + HV * DN_DV;
     if (j >= HV) {
-        const int channel = (j - HV) * blockDim.x + threadIdx.x;
+        const int channel = (blockIdx.x - HV * NCB) * blockDim.x + threadIdx.x;
         if (seg_keep[s] > 0 && channel < C) {
             const float* m = mix + blockIdx.z * mix_lstride + (size_t)seg_start[s] * ldm;
             float* cs = conv_st + blockIdx.z * cst_lstride + (size_t)seg_slot[s] * 3 * C;
@@ -122,11 +164,18 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
     const int t0 = seg_start[s], nrows = seg_rows[s];
     // The next row's inputs are loaded into registers while this row is computed: prefill runs
     // hundreds of rows one after another here, and each row's loads would otherwise stall it.
-    float qn = 0.0f, kn = 0.0f, vn = 0.0f, bn = 0.0f, an = 0.0f;
+    // Thread i stages elements i, i + 2*CB, ... of q and k.
+    float qn[QKR], kn[QKR], vn = 0.0f, bn = 0.0f, an = 0.0f;
     auto load_row = [&](int t) {
         const float* ut = u + (size_t)t * C;
-        qn = ut[g * DN_DK + c];
-        kn = ut[DN_HK * DN_DK + g * DN_DK + c];
+#pragma unroll
+        for (int e = 0; e < QKR; ++e) {
+            const int i = threadIdx.x + 2 * CB * e;
+            if (i < DN_DK) {
+                qn[e] = ut[g * DN_DK + i];
+                kn[e] = ut[DN_HK * DN_DK + g * DN_DK + i];
+            }
+        }
         vn = ut[2 * DN_HK * DN_DK + j * DN_DV + c];
         bn = beta[(size_t)t * ldg + j];
         an = alpha[(size_t)t * ldg + j];
@@ -136,9 +185,13 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
         const int t = t0 + r, buf = r & 1;
         // buffer `buf` was last read in row r - 2, which every thread finished before the
         // barrier of row r - 1
-        if (hf == 0) {
-            qs[buf][c] = qn * qscale;
-            ks[buf][c] = kn;
+#pragma unroll
+        for (int e = 0; e < QKR; ++e) {
+            const int i = threadIdx.x + 2 * CB * e;
+            if (i < DN_DK) {
+                qs[buf][i] = qn[e] * qscale;
+                ks[buf][i] = kn[e];
+            }
         }
         const float v = vn;
         const float b = sigmoid_f(bn);
@@ -168,32 +221,30 @@ extern "C" __global__ void __launch_bounds__(2 * DN_DV)
         o += __shfl_xor_sync(0xffffffffu, o, 1);
         if (y != nullptr && hf == 0) y[(size_t)t * HV * DN_DV + j * DN_DV + c] = o;
     }
-    if (y != nullptr && nrows > 0) {
+    if (NCB == 1 && y != nullptr && nrows > 0) {
         // the gated RMSNorm over each row's DN_DV outputs, after the recurrence: off the
         // row-to-row critical path (a block-wide sum per row inside the loop cost two more
-        // barriers per row), one warp per row, reading the raw outputs back (same block)
+        // barriers per row), reading the raw outputs back (same block)
         __syncthreads();
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        constexpr int PER_LANE = DN_DV / 32;
-        for (int r = warp; r < nrows; r += blockDim.x >> 5) {
-            const size_t t = (size_t)(t0 + r);
-            float* yr = y + t * HV * DN_DV + j * DN_DV;
-            float ov[PER_LANE], ss = 0.0f;
-#pragma unroll
-            for (int e = 0; e < PER_LANE; ++e) {
-                ov[e] = yr[lane + 32 * e];
-                ss += ov[e] * ov[e];
-            }
-            const float inv = rsqrtf(warp_sum(ss) / (float)DN_DV + OJ_EPS);
-#pragma unroll
-            for (int e = 0; e < PER_LANE; ++e) {
-                const int col = lane + 32 * e;
-                yr[col] = ov[e] * inv * ssm_norm[col] * silu_f(z[t * ldz + j * DN_DV + col]);
-            }
-        }
+        dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, j, t0, nrows);
     }
     if (seg_commit[s]) {
 #pragma unroll
         for (int i = 0; i < DN_KH; ++i) S[(size_t)(k0 + i) * DN_DV + c] = st[i];
     }
+}
+
+extern "C" __global__ void __launch_bounds__(2 * DN_DV) dn_recur(DN_RECUR_PARAMS) {
+    dn_recur_cols<DN_DV>(DN_RECUR_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(2 * DN_CB) dn_recur_split(DN_RECUR_PARAMS) {
+    dn_recur_cols<DN_CB>(DN_RECUR_ARGS);
+}
+
+// dn_recur_split's gated RMSNorm (dn_recur's arithmetic, in place). grid (HV, segments),
+// block 256.
+extern "C" __global__ void dn_gate_norm(float* y, const float* z, int ldz, const float* ssm_norm,
+                                        const int* seg_start, const int* seg_rows, int HV) {
+    const int s = blockIdx.y;
+    dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, blockIdx.x, seg_start[s], seg_rows[s]);
 }

