@@ -161,7 +161,8 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     table[:slots, :need] = np.arange(slots * need, dtype=np.int32).reshape(slots, need)
     ws.page_table.set(table)
     backend.forget_page_table()  # the backend's next step must write its own tables again
-    lay = Layout(T, slots, int(sampled.size), ws.t_save >= T)
+    shallow = context < backend.fwd.ops.dims.att_core_below
+    lay = Layout(T, slots, int(sampled.size), ws.t_save >= T, shallow)
 
     def launch() -> None:
         backend.fwd.step_launches(lay)
@@ -331,7 +332,8 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     try:
         for variant in variants:
             n, tc = int(variant.removesuffix("tc")), int(variant.endswith("tc"))
-            fwd.use_ops(Ops(replace(ops0.dims, att_splits=n, att_tc=tc)))
+            # tc: the tensor cores for every row (att_core_below 0)
+            fwd.use_ops(Ops(replace(ops0.dims, att_splits=n, att_tc=tc, att_core_below=0)))
             for slots, context in ((1, 512), (1, 8192), (1, 23000), (4, 23000), (8, 512)):
                 ms = time_rows(backend, [1] * slots, context, 1)
                 row = {"att_splits": n, "att_tc": tc, "slots": slots, "context": context, "ms": ms}
@@ -365,6 +367,7 @@ def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
                 row[f"decode_{slots}_ms"] = time_rows(backend, [1] * slots, 512, 1)
             row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
             row["prefill512_tok_s"] = prefill(backend, 512)
+            row["prefill8192_tok_s"] = prefill(backend, 8192)
             out.append(row)
             print("deltanet", json.dumps(row), flush=True)
     finally:

@@ -200,12 +200,13 @@ OJ_DEV void store_split(const float (*sm_m)[ATT_GROUP], const float (*sm_l)[ATT_
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     attn_decode(const float* q, const i8* kq, const u16* kd, const i8* vq, const u16* vd,
                 const int* page_table, int max_pages, const int* row_slot, const int* row_pos,
-                float scale, float* part_o, float* part_ml) {
+                float scale, float* part_o, float* part_ml, int pos_lo, int pos_hi) {
     __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
     __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
     const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int pos = row_pos[t], slot = row_slot[t];
+    if (pos < pos_lo || pos >= pos_hi) return;  // a row of the other attention kernel
 
     float qv[ATT_GROUP][ATT_DPL], acc[ATT_GROUP][ATT_DPL];
 #pragma unroll
@@ -344,12 +345,13 @@ OJ_DEV u32 code_pair(u32 a, u32 b, int i) {
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     attn_decode_tc(const float* q, const i8* kq, const u16* kd, const i8* vq, const u16* vd,
                    const int* page_table, int max_pages, const int* row_slot, const int* row_pos,
-                   float scale, float* part_o, float* part_ml) {
+                   float scale, float* part_o, float* part_ml, int pos_lo, int pos_hi) {
     __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
     __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
     const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
     const int pos = row_pos[t], slot = row_slot[t];
+    if (pos < pos_lo || pos >= pos_hi) return;  // a row of the other attention kernel
     const bool head_ok = gid < ATT_GROUP;
 
     // Q as A fragments, 2 registers per 16-dim chunk (rows gid + 8 are zero registers)

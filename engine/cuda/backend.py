@@ -241,7 +241,8 @@ class CudaBackend:
                 f"{len(sample_rows)} rows to sample, the backend takes {ws.max_sample}"
             )
         self._upload(tok, pos, rslot, first, seg, sample_rows)
-        lay = Layout(T, len(group), len(sample_rows), saved)
+        shallow = min(pos) < self.fwd.ops.dims.att_core_below
+        lay = Layout(T, len(group), len(sample_rows), saved, shallow)
         debug = any(s.return_logits for s, _, _ in group)
         if debug:
             self.fwd.trunk(lay)

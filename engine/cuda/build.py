@@ -48,6 +48,10 @@ class KernelDims:
     # 1: attention on the tensor cores where the heads allow it (attn_decode_tc: 256-wide heads,
     # <= 8 per KV head; 1.5-2.5 ms less per step at 23K context on the H200), else attn_decode
     att_tc: int = 1
+    # with att_tc: rows at positions below this attend on the CUDA cores (attn_decode), which
+    # is faster there for prompt chunks (a 512-row chunk at position 0: 13.8 against 22.5 ms);
+    # a row's kernel depends on its position alone (batch invariance). 0: tensor cores for all
+    att_core_below: int = 2048
 
     def defines(self) -> tuple[str, ...]:
         return tuple(f"-D{name.upper()}={value}" for name, value in asdict(self).items())

@@ -32,6 +32,7 @@ class Layout:
     n_seg: int  # S (one segment per slot)
     n_sample: int  # M rows through the LM head
     saved: bool  # DeltaNet inputs kept per layer (T <= t_save) for a replay
+    shallow: bool = True  # some row below KernelDims.att_core_below (Ops.attention)
 
 
 class MetaViews:
@@ -179,7 +180,7 @@ class Forward:
             if layer.recurrent:
                 self._deltanet(layer, T, S, lay.saved)
             else:
-                self._attention(layer, T)
+                self._attention(layer, T, lay.shallow)
             self._ffn(layer, T)
         ops.rmsnorm(x, m.output_norm, a, d.rms_eps, yh=ah)
 
@@ -207,7 +208,7 @@ class Forward:
         ops.rmsnorm(ws.mtp_hidden[:T], head.hnorm, cat[:, E:], d.rms_eps)
         kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
         ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
-        self._attention(head.block, T)
+        self._attention(head.block, T, True)
         self._ffn(head.block, T)
         ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
         if M:
@@ -243,7 +244,7 @@ class Forward:
         )
         kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True)
 
-    def _attention(self, layer: Any, T: int) -> None:
+    def _attention(self, layer: Any, T: int, shallow: bool) -> None:
         ws, ops, d = self.ws, self.ops, self.m.dims
         pa = ws.pa[:T]
         for p in layer.mixer_in:
@@ -256,7 +257,8 @@ class Forward:
         ops.attn_prep(
             pa, kf, vf, layer.q_norm, layer.k_norm, ws.qn[:T], pool, *meta, d.rope_freq_base
         )
-        ops.attention(ws.qn[:T], pa, pool, *meta, d.attention_scale, ws.ya[:T], self.att_parts)
+        scale, ya = d.attention_scale, ws.ya[:T]
+        ops.attention(ws.qn[:T], pa, pool, *meta, scale, ya, self.att_parts, shallow)
         kernels.matmul(layer.mixer_out, ws.ya[:T], ws.x[:T], accumulate=True)
 
     def head(self, M: int) -> None:

@@ -15,6 +15,7 @@ from engine.cuda.build import KernelDims
 from engine.cuda.weights import F32, GpuWeight
 
 ATT_ROWS_PER_LAUNCH = 64  # attention runs in groups of rows so its split scratch stays small
+ATT_POS_END = 2**31 - 1  # the attention kernels' row filter: positions lo <= pos < hi
 
 
 class LaunchError(ValueError):
@@ -288,17 +289,25 @@ class Ops:
         shape = (rows, d.att_hkv, d.att_splits, d.att_hq // d.att_hkv)
         return cp.zeros((*shape, d.att_d), cp.float32), cp.zeros((*shape, 2), cp.float32)
 
-    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any]) -> None:  # fmt: skip
+    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any], shallow: bool = True) -> None:  # fmt: skip
         """y = softmax(q K^T) V * sigmoid(gate) over positions 0..row_pos, split over the context
         in att_splits CTAs then merged, parts.shape[0] rows per launch.  q: f32 [T][hq][d];
-        y: f32 [T][hq*d]; parts from attention_parts()."""
+        y: f32 [T][hq*d]; parts from attention_parts(). With the tensor-core kernel, rows below
+        position att_core_below run attn_decode; shallow = False promises there are none (one
+        launch fewer)."""
         T, hkv, group = q.shape[0], self.dims.att_hkv, parts[0].shape[0]
         ld = _i32(qg.strides[0] // 4)
+        kernel, below = self.attention_kernel, self.dims.att_core_below
+        split = kernel == "attn_decode_tc" and below > 0
+        launches = [(kernel, below if split else 0, ATT_POS_END)]
+        if split and shallow:
+            launches.insert(0, ("attn_decode", 0, below))
         for r0 in range(0, T, group):
             r1 = min(T, r0 + group)
             meta = (page_table, _i32(page_table.shape[1]), row_slot[r0:r1], row_pos[r0:r1])
-            args = (q[r0:r1], *pool, *meta, np.float32(scale), *parts)
-            self._fn(self.attention_kernel)((r1 - r0, hkv, self.dims.att_splits), (128,), args)
+            for name, lo, hi in launches:
+                args = (q[r0:r1], *pool, *meta, np.float32(scale), *parts, _i32(lo), _i32(hi))
+                self._fn(name)((r1 - r0, hkv, self.dims.att_splits), (128,), args)
             merge = (qg[r0:r1], ld, *parts, y[r0:r1])
             self._fn("attn_merge")((r1 - r0, hkv), (256,), merge)
 

@@ -51,16 +51,18 @@ CLEAR_GAP = 0.1
 
 
 def _against_reference(
-    path: Path, att_tc: int | None = None
+    path: Path, att_tc: int | None = None, core_below: int = 0
 ) -> tuple[CudaBackend, float, np.ndarray, np.ndarray]:
     """The accuracy prompts prefilled in chunks -> (backend, mean KL from the exact logits,
     top-1 agreement per position, whether the exact top-2 gap is clear at each position).
-    att_tc: the attention kernel choice (KernelDims.att_tc), if not the default."""
+    att_tc: the attention kernel choice (KernelDims.att_tc), if not the default, with rows
+    below core_below on the CUDA cores (KernelDims.att_core_below)."""
     gguf = open_gguf(path)
     ref = ReferenceModel(gguf)
     backend = CudaBackend(from_gguf(gguf), n_slots=cases.N_PROMPTS, kv_tokens=4096, max_rows=64)
     if att_tc is not None:
-        backend.fwd.use_ops(Ops(replace(backend.fwd.ops.dims, att_tc=att_tc)))
+        dims = replace(backend.fwd.ops.dims, att_tc=att_tc, att_core_below=core_below)
+        backend.fwd.use_ops(Ops(dims))
     want, got = [], []
     for slot, tokens in enumerate(cases.prompts(gguf.config.n_vocab)):
         want.append(ref.forward(ref.new_state(), tokens).logits)
@@ -169,9 +171,14 @@ def test_tensor_core_attention_matches_the_exact_reference(
     assert agree_tc.sum() >= agree_cuda.sum() - 2, "more top-1 flips than attn_decode"
     n_vocab = open_gguf(path).config.n_vocab
     prompts = {s: _prompt(40 + s, 50 + 9 * s, n_vocab) for s in range(4)}
-    alone = _greedy(backend, {0: prompts[0]}, 12)[0]
-    assert _greedy(backend, prompts, 12, chunk=16)[0] == alone  # 4 x 16 rows: max_rows
-    assert _greedy(backend, {0: prompts[0]}, 12, chunk=7)[0] == alone
+    for core_below in (0, 24):  # tensor cores for all rows; rows below 24 on the CUDA cores
+        if core_below:  # passes that straddle the position: the bars still hold
+            backend, kl, agree, clear = _against_reference(path, 1, core_below)
+            assert kl <= 1e-3, f"mean KL {kl:.2e}"
+            assert agree[clear].all(), f"top-1 differs at {int((~agree[clear]).sum())} positions"
+        alone = _greedy(backend, {0: prompts[0]}, 12)[0]
+        assert _greedy(backend, prompts, 12, chunk=16)[0] == alone  # 4 x 16 rows: max_rows
+        assert _greedy(backend, {0: prompts[0]}, 12, chunk=7)[0] == alone
 
 
 SPIN = r"""

@@ -195,7 +195,10 @@ def _q8_roundtrip(x: np.ndarray) -> np.ndarray:
 
 # few splits: each split's part of the context spans several chunks
 FEW_SPLITS = {"att_splits": 4}
-TENSOR_CORES = {"att_tc": 1}  # attn_decode_tc: 27B heads only (the default for them)
+# attn_decode_tc for every row (27B heads only: the default for them from position 2048)
+TENSOR_CORES = {"att_tc": 1, "att_core_below": 0}
+# rows below position 300 on the CUDA cores, the others on the tensor cores, in each launch
+STRADDLING = {"att_tc": 1, "att_core_below": 300}
 
 
 @pytest.mark.parametrize(
@@ -207,6 +210,7 @@ TENSOR_CORES = {"att_tc": 1}  # attn_decode_tc: 27B heads only (the default for 
         replace(BIG, **FEW_SPLITS),
         replace(BIG, **TENSOR_CORES),
         replace(BIG, **FEW_SPLITS, **TENSOR_CORES),
+        replace(BIG, **STRADDLING),
     ],
 )
 def test_attention_over_paged_q8_pool(dims: KernelDims) -> None:
