@@ -11,9 +11,10 @@
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
 // (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
 // cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2 prefetches of
-// the blocks 2-8 super-blocks ahead 1-10 % slower, and a ring with truly two super-blocks in
-// flight no faster: the loop is bound by issuing its dequantization, ~408 warp instructions
-// per super-block of 16 rows, not by bytes in flight; bench/NOTES.md v15f, v16.)
+// the blocks 2-8 super-blocks ahead 1-10 % slower, a ring with truly two super-blocks in
+// flight no faster, and a dequantization with 13 % fewer instructions no faster either: the
+// products' speed follows the shape of their launches (fill, drain, the last partial wave),
+// not the loop's bytes in flight or its instruction count; bench/NOTES.md v15f, v16, v17.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
