@@ -189,6 +189,14 @@ OJ_DEV void store_split(const float (*sm_m)[ATT_GROUP], const float (*sm_l)[ATT_
     }
 }
 
+// The two decode kernels' parameters (one launch site, kernels.Ops.attention, for both): each
+// takes only the rows at positions pos_lo <= row_pos < pos_hi and returns at once for the
+// others (the other kernel's rows: KernelDims.att_core_below).
+#define ATT_DECODE_PARAMS                                                                        \
+    const float *q, const i8 *kq, const u16 *kd, const i8 *vq, const u16 *vd,                   \
+        const int *page_table, int max_pages, const int *row_slot, const int *row_pos,          \
+        float scale, float *part_o, float *part_ml, int pos_lo, int pos_hi
+
 // Split over the context (flash-decoding): grid (T, ATT_HKV, ATT_SPLITS), block 32*ATT_WARPS.
 // Positions come in chunks of ATT_CHUNK; chunk c belongs to split c % ATT_SPLITS, and inside a
 // chunk warp w takes blocks of ATT_UNROLL positions w + ATT_WARPS*j, ... Every split depends
@@ -198,15 +206,13 @@ OJ_DEV void store_split(const float (*sm_m)[ATT_GROUP], const float (*sm_l)[ATT_
 //   part_o  f32 [T][ATT_HKV][ATT_SPLITS][ATT_GROUP][ATT_D]  (sum of p*v, relative to part max)
 //   part_ml f32 [T][ATT_HKV][ATT_SPLITS][ATT_GROUP][2]      (running max, sum of p)
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
-    attn_decode(const float* q, const i8* kq, const u16* kd, const i8* vq, const u16* vd,
-                const int* page_table, int max_pages, const int* row_slot, const int* row_pos,
-                float scale, float* part_o, float* part_ml, int pos_lo, int pos_hi) {
+    attn_decode(ATT_DECODE_PARAMS) {
     __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
     __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
     const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int pos = row_pos[t], slot = row_slot[t];
-    if (pos < pos_lo || pos >= pos_hi) return;  // a row of the other attention kernel
+    if (pos < pos_lo || pos >= pos_hi) return;  // the other kernel's row
 
     float qv[ATT_GROUP][ATT_DPL], acc[ATT_GROUP][ATT_DPL];
 #pragma unroll
@@ -343,15 +349,13 @@ OJ_DEV u32 code_pair(u32 a, u32 b, int i) {
 }
 
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
-    attn_decode_tc(const float* q, const i8* kq, const u16* kd, const i8* vq, const u16* vd,
-                   const int* page_table, int max_pages, const int* row_slot, const int* row_pos,
-                   float scale, float* part_o, float* part_ml, int pos_lo, int pos_hi) {
+    attn_decode_tc(ATT_DECODE_PARAMS) {
     __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
     __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
     const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
     const int pos = row_pos[t], slot = row_slot[t];
-    if (pos < pos_lo || pos >= pos_hi) return;  // a row of the other attention kernel
+    if (pos < pos_lo || pos >= pos_hi) return;  // the other kernel's row
     const bool head_ok = gid < ATT_GROUP;
 
     // Q as A fragments, 2 registers per 16-dim chunk (rows gid + 8 are zero registers)
