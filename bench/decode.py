@@ -161,8 +161,9 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     table[:slots, :need] = np.arange(slots * need, dtype=np.int32).reshape(slots, need)
     ws.page_table.set(table)
     backend.forget_page_table()  # the backend's next step must write its own tables again
-    shallow = context < backend.fwd.ops.dims.att_core_below
-    lay = Layout(T, slots, int(sampled.size), ws.t_save >= T, shallow)
+    below = backend.fwd.ops.dims.att_core_below
+    shallow, deep = context < below, context + max(per_slot) - 1 >= below
+    lay = Layout(T, slots, int(sampled.size), ws.t_save >= T, shallow, deep)
 
     def launch() -> None:
         backend.fwd.step_launches(lay)

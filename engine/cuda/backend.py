@@ -241,8 +241,8 @@ class CudaBackend:
                 f"{len(sample_rows)} rows to sample, the backend takes {ws.max_sample}"
             )
         self._upload(tok, pos, rslot, first, seg, sample_rows)
-        shallow = min(pos) < self.fwd.ops.dims.att_core_below
-        lay = Layout(T, len(group), len(sample_rows), saved, shallow)
+        below = self.fwd.ops.dims.att_core_below
+        lay = Layout(T, len(group), len(sample_rows), saved, min(pos) < below, max(pos) >= below)
         debug = any(s.return_logits for s, _, _ in group)
         if debug:
             self.fwd.trunk(lay)

@@ -33,6 +33,7 @@ class Layout:
     n_sample: int  # M rows through the LM head
     saved: bool  # DeltaNet inputs kept per layer (T <= t_save) for a replay
     shallow: bool = True  # some row below KernelDims.att_core_below (Ops.attention)
+    deep: bool = True  # some row at or past it
 
 
 class MetaViews:
@@ -180,7 +181,7 @@ class Forward:
             if layer.recurrent:
                 self._deltanet(layer, T, S, lay.saved)
             else:
-                self._attention(layer, T, lay.shallow)
+                self._attention(layer, T, lay.shallow, lay.deep)
             self._ffn(layer, T)
         ops.rmsnorm(x, m.output_norm, a, d.rms_eps, yh=ah)
 
@@ -208,7 +209,7 @@ class Forward:
         ops.rmsnorm(ws.mtp_hidden[:T], head.hnorm, cat[:, E:], d.rms_eps)
         kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
         ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
-        self._attention(head.block, T, True)
+        self._attention(head.block, T, True, True)
         self._ffn(head.block, T)
         ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
         if M:
@@ -244,7 +245,7 @@ class Forward:
         )
         kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True)
 
-    def _attention(self, layer: Any, T: int, shallow: bool) -> None:
+    def _attention(self, layer: Any, T: int, shallow: bool, deep: bool) -> None:
         ws, ops, d = self.ws, self.ops, self.m.dims
         pa = ws.pa[:T]
         for p in layer.mixer_in:
@@ -258,7 +259,7 @@ class Forward:
             pa, kf, vf, layer.q_norm, layer.k_norm, ws.qn[:T], pool, *meta, d.rope_freq_base
         )
         scale, ya = d.attention_scale, ws.ya[:T]
-        ops.attention(ws.qn[:T], pa, pool, *meta, scale, ya, self.att_parts, shallow)
+        ops.attention(ws.qn[:T], pa, pool, *meta, scale, ya, self.att_parts, shallow, deep)
         kernels.matmul(layer.mixer_out, ws.ya[:T], ws.x[:T], accumulate=True)
 
     def head(self, M: int) -> None:

@@ -81,6 +81,19 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
     fn(grid, (tile.threads,), args)
 
 
+def attention_launches(
+    kernel: str, core_below: int, shallow: bool, deep: bool
+) -> list[tuple[str, int, int]]:
+    """The attention kernels a pass launches, each with the row positions it takes (lo <= pos <
+    hi): attn_decode_tc from core_below on (KernelDims.att_core_below), attn_decode below it; a
+    kernel whose range holds none of the pass's rows (shallow: some row below core_below; deep:
+    some row at or past it) is left out, as its CTAs would all return at once."""
+    if kernel != "attn_decode_tc" or core_below <= 0:
+        return [(kernel, 0, ATT_POS_END)]
+    launches = [("attn_decode", 0, core_below)] if shallow else []
+    return launches + ([(kernel, core_below, ATT_POS_END)] if deep else [])
+
+
 @cache
 def _sm_count() -> int:
     import cupy as cp
@@ -289,19 +302,16 @@ class Ops:
         shape = (rows, d.att_hkv, d.att_splits, d.att_hq // d.att_hkv)
         return cp.zeros((*shape, d.att_d), cp.float32), cp.zeros((*shape, 2), cp.float32)
 
-    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any], shallow: bool = True) -> None:  # fmt: skip
+    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any], shallow: bool = True, deep: bool = True) -> None:  # fmt: skip
         """y = softmax(q K^T) V * sigmoid(gate) over positions 0..row_pos, split over the context
         in att_splits CTAs then merged, parts.shape[0] rows per launch.  q: f32 [T][hq][d];
         y: f32 [T][hq*d]; parts from attention_parts(). With the tensor-core kernel, rows below
-        position att_core_below run attn_decode; shallow = False promises there are none (one
-        launch fewer)."""
+        position att_core_below run attn_decode; shallow = False promises there are none, deep
+        = False that there are none at or past it (attention_launches)."""
         T, hkv, group = q.shape[0], self.dims.att_hkv, parts[0].shape[0]
         ld = _i32(qg.strides[0] // 4)
         kernel, below = self.attention_kernel, self.dims.att_core_below
-        split = kernel == "attn_decode_tc" and below > 0
-        launches = [(kernel, below if split else 0, ATT_POS_END)]
-        if split and shallow:
-            launches.insert(0, ("attn_decode", 0, below))
+        launches = attention_launches(kernel, below, shallow, deep)
         for r0 in range(0, T, group):
             r1 = min(T, r0 + group)
             meta = (page_table, _i32(page_table.shape[1]), row_slot[r0:r1], row_pos[r0:r1])
