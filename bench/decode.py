@@ -377,6 +377,31 @@ def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
+    """Decode steps at each row count, a 512-row prompt chunk and prefill throughput with plain
+    launches and with programmatic dependent launch (engine/cuda/launch.py), in one run."""
+    from engine.cuda import launch
+
+    fwd, out = backend.fwd, []
+    try:
+        for on in (False, True):
+            launch.set_pdl(on)
+            fwd.use_ops(fwd.ops)  # drop the graphs captured with the other launches
+            row: dict[str, Any] = {"pdl": on}
+            for n in rows:
+                slots, per = step_layouts(n)
+                row[f"decode_{n}_ms"] = time_rows(backend, [per] * slots, 512, per)
+            row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
+            row["prefill512_tok_s"] = prefill(backend, 512)
+            row["prefill8192_tok_s"] = prefill(backend, 8192)
+            out.append(row)
+            print("pdl", json.dumps(row), flush=True)
+    finally:
+        launch.set_pdl(None)
+        fwd.use_ops(fwd.ops)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,2,4,8,12,16,20")
@@ -391,11 +416,15 @@ def main() -> int:
         help="attention variants to sweep: split counts, tc = tensor cores",
     )
     parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
+    parser.add_argument("--pdl", action="store_true", help="plain against overlapped launches")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/decode.py")
     rows = [int(r) for r in args.rows.split(",")]
     info: dict[str, Any] = {"manifest": manifest()}
+    from engine.cuda import launch
+
+    info["manifest"]["programmatic_dependent_launch"] = launch.pdl_enabled()
     print(json.dumps(info["manifest"]), flush=True)
     copy_bw, read_bw = copy_bandwidth(), read_bandwidth()
     bw = max(copy_bw, read_bw)
@@ -427,6 +456,9 @@ def main() -> int:
         if args.deltanet:  # the sweep alone, then stop
             widths = [int(v) for v in args.deltanet.split(",")]
             info["deltanet"] = deltanet_sweep(backend, widths)
+            return save(info, args.json)
+        if args.pdl:  # the comparison alone, then stop
+            info["pdl"] = pdl_sweep(backend, rows)
             return save(info, args.json)
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))

@@ -4,6 +4,8 @@
 #   tests | bench | all | variants   GPU tests / bench/decode.py (carry: .whl)
 #   pending                          a branch of unverified GPU work, first call (~8 min): the
 #                                    whole GPU suite (~5 min) and bench/decode.py --step
+#   pdl                              programmatic dependent launch: the backend tests that compare
+#                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
 #   pending-bench                    its second call (~7 min): the weight pass under the row
 #                                    variants, the attention variants at 512-23K contexts
 #                                    (CONTEXTS, default 16,16tc) and OpenJet's server
@@ -59,6 +61,10 @@ fi
 if [ "$MODE" = pending ]; then
   timeout 360 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
   timeout 170 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
+fi
+if [ "$MODE" = pdl ]; then  # programmatic dependent launch: bits, then plain vs overlapped
+  timeout 200 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rf -p no:cacheprovider -o addopts="" -k "overlapped or greedy or drafts or exact" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+  timeout 240 python3 bench/decode.py --step --pdl --rows "${ROWS:-1,4,8,12}" --json "$OUT/pdl.json" 2>&1 | tee "$OUT/pdl.log" | grep "pdl\|floor"
 fi
 if [ "$MODE" = pending-bench ]; then
   timeout 100 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant

@@ -1,6 +1,7 @@
 // Shared helpers for every OpenJet kernel: fixed-width types, half-precision conversions and
 // arithmetic through inline PTX (so NVRTC needs no CUDA headers), warp/block reductions.
-// Everything here is portable to sm_80 and later; nothing Hopper-only.
+// Everything here is portable to sm_80 and later; the one Hopper instruction (griddepcontrol)
+// is compiled only for sm_90 and later.
 #pragma once
 
 typedef unsigned char u8;
@@ -16,6 +17,22 @@ typedef unsigned long long u64;
 
 #define OJ_DEV __device__ __forceinline__
 #define OJ_INF __int_as_float(0x7f800000)
+
+// ---- programmatic dependent launch (sm_90+; on older GPUs these compile to nothing) --------
+// engine/cuda/launch.py may launch a kernel with the programmatic-serialization attribute: its
+// CTAs can then start while the kernel before it in the stream is still running. Every
+// __global__ calls oj_grid_dep() before its first read of anything an earlier kernel wrote,
+// before its first write and before any return: griddepcontrol.wait blocks until the earlier
+// kernel has finished and its writes are visible (a grid that ended without waiting could end
+// before its predecessor, and the next kernel would then read unfinished results). The
+// release after the wait lets the next kernel's CTAs be scheduled, so at most two kernels
+// overlap. Without the attribute the wait returns at once, so a fused kernel may call these.
+OJ_DEV void oj_grid_dep() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 // ---- half <-> float (bit patterns held in u16 / u32 so no header type is needed) ----------
 OJ_DEV float h2f(u16 h) {

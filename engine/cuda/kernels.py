@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cuda import build
+from engine.cuda import build, launch
 from engine.cuda.build import KernelDims
 from engine.cuda.weights import F32, GpuWeight
 
@@ -65,7 +65,7 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
     shape = (_i32(w.rows), _i32(w.cols))
     io = (x, _i32(x.strides[0] // 4), y, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate)))
     if w.ggml_type == F32:
-        fn = build.matmul_module(build.MATMUL_CONFIG).get_function("mm_f32_exact")
+        fn = launch.kernel(build.matmul_module(build.MATMUL_CONFIG), "mm_f32_exact")
         grid = ((w.rows + 3) // 4, (R + 7) // 8)
         fn(grid, (128,), (w.planes[0], *shape, *io))
         return
@@ -74,7 +74,7 @@ def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = Non
     if tile.packed:
         io = (*packed, *io[2:])
     args = (*w.pointers(), *shape, *io)
-    fn = build.matmul_module(cfg).get_function(tile.name)
+    fn = launch.kernel(build.matmul_module(cfg), tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles
     grid = (-(-R // tile.rows_per_group), -(-w.rows // tile.rows_per_cta))
@@ -120,7 +120,7 @@ def _packed(arr: Any, rows: int, cols: int, what: str) -> tuple[Any, Any]:
 def embed(w: GpuWeight, tokens: Any, out: Any) -> None:
     """out[t] = dequantized row tokens[t] of w.  tokens: i32 [T], out: f32 [T][K]."""
     _check(out.shape == (tokens.shape[0], w.cols), "embed: bad output shape")
-    fn = build.matmul_module().get_function("embed_rows")
+    fn = launch.kernel(build.matmul_module(), "embed_rows")
     fn(
         (tokens.shape[0],),
         (256,),
@@ -136,7 +136,7 @@ class Ops:
         self.mod = build.ops_module(dims)
 
     def _fn(self, name: str) -> Any:
-        return self.mod.get_function(name)
+        return launch.kernel(self.mod, name)
 
     def rmsnorm(self, x: Any, w: Any, y: Any, eps: float, n: int | None = None, yh: Any = None) -> None:  # fmt: skip
         """y[t][:n] = RMSNorm_w(x[t][:n]).  x, y: f32 [T][ld]; yh (optional): the same values

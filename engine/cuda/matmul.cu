@@ -148,6 +148,9 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
                                        warp + d * MM_NW, t);
         }
     }
+    // The weights do not depend on the kernel before this one: with programmatic dependent
+    // launch their first loads are in flight while it finishes (common.cuh oj_grid_dep).
+    oj_grid_dep();
     for (int sb = warp; sb < nsb; sb += MM_NW) {
         if (sb + DEPTH * MM_NW < nsb) {
 #pragma unroll
@@ -180,6 +183,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
 extern "C" __global__ void __launch_bounds__(128)
     mm_f32_exact(const float* __restrict__ W, int rows, int cols, const float* __restrict__ X,
                  int ldx, float* __restrict__ Y, int ldy, int R, int accumulate) {
+    oj_grid_dep();
     const int lane = threadIdx.x & 31, n = blockIdx.x * 4 + (threadIdx.x >> 5);
     const int r0 = blockIdx.y * 8, nr = min(8, R - r0);
     if (n >= rows) return;
@@ -297,6 +301,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
         for (int h = 0; h < 2; ++h) f[h].load(W, min(row0 + 16 * warp + 8 * h + gid, W.rows - 1), sb, t);
     };
     if (nsb > 0) load(fa, 0);
+    oj_grid_dep();  // after the first weight loads, as in wmat_rows
     for (int w = 0; w < MM_NW; ++w) {
         tiles_zero(acc);
         for (int sb = w; sb < nsb; sb += MM_NW) {
@@ -386,6 +391,7 @@ OJ_MMG_BOTH(f16, FragF16)
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]
 extern "C" __global__ void embed_rows(const u8* p0, const u8* p1, const u8* p2, const u8* p3,
                                       int rows, int cols, int type, const int* tok, float* out) {
+    oj_grid_dep();
     const WDesc W = {p0, p1, p2, p3, rows, cols};
     const int t = blockIdx.x, row = tok[t];
     for (int k = threadIdx.x; k < cols; k += blockDim.x)

@@ -285,3 +285,27 @@ def test_selftest_passes_on_this_gpu(models: dict[str, Path]) -> None:
     assert result.ok, result.reason
     assert result.decode_tok_per_s > 0
     assert "passed" in result.detail
+
+
+def test_overlapped_launches_give_the_same_bits(models: dict[str, Path]) -> None:
+    """Programmatic dependent launch (engine/cuda/launch.py) lets a kernel start before the one
+    before it ends; every kernel waits for its inputs, so logits and greedy tokens are bit for
+    bit those of plain launches."""
+    from engine.cuda import launch
+
+    if not launch.pdl_enabled():
+        pytest.skip("programmatic dependent launch needs sm_90+ (or OPENJET_PDL=0 is set)")
+    gguf = open_gguf(models["q4_k_m"])
+    prompts = {s: _prompt(40 + s, 25 + 9 * s, gguf.config.n_vocab) for s in range(4)}
+    runs = []
+    try:
+        for on in (False, True):
+            launch.set_pdl(on)
+            backend = CudaBackend(from_gguf(gguf), n_slots=4, kv_tokens=4096, max_rows=64)
+            logits = _prefill_logits(backend, 0, prompts[0])
+            runs.append((logits, _greedy(backend, prompts, 12, chunk=16)))
+    finally:
+        launch.set_pdl(None)
+    (plain_logits, plain_tokens), (pdl_logits, pdl_tokens) = runs
+    np.testing.assert_array_equal(pdl_logits, plain_logits)
+    assert pdl_tokens == plain_tokens
