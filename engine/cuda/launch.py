@@ -138,7 +138,13 @@ class Kernel:
     """One compiled kernel, called like a CuPy Function: kernel(grid, block, args)."""
 
     def __init__(self, fn: Any) -> None:
-        self.fn = fn
+        self.fn = fn  # a cupy RawKernel; its .kernel is the loaded CUfunction's wrapper
+        self.handle = 0
+
+    def _handle(self) -> int:
+        if not self.handle:
+            self.handle = int(self.fn.kernel.ptr)  # loads the module's code on first use
+        return self.handle
 
     def __call__(self, grid: Any, block: Any, args: tuple[Any, ...], shared_mem: int = 0) -> None:
         if not pdl_enabled():
@@ -157,7 +163,7 @@ class Kernel:
         )
         _buf, ptrs = pack_args(args)
         lib = _driver()
-        code = lib.cuLaunchKernelEx(ctypes.byref(cfg), self.fn.ptr, ptrs, None)
+        code = lib.cuLaunchKernelEx(ctypes.byref(cfg), self._handle(), ptrs, None)
         if code != 0:
             raise LaunchFailed(f"cuLaunchKernelEx: {_error_name(lib, code)}")
 
