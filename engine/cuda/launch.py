@@ -1,21 +1,20 @@
 """Kernel launches that may overlap the kernel before them: programmatic dependent launch.
 
-A decode step is ~700 kernels, most of them weight products whose last wave leaves SMs idle
+A decode step is hundreds of kernels, most of them weight products whose last wave leaves SMs idle
 while the next product has not started. With the programmatic-stream-serialization attribute
 (sm_90 and later) a kernel's CTAs are scheduled as soon as every CTA of the kernel before it
 has passed `oj_grid_dep()` (common.cuh); they start their weight loads, which depend on no
 earlier kernel, and wait there for the earlier kernel's results. CuPy's RawKernel cannot set
 launch attributes, so `Kernel` launches through the driver's `cuLaunchKernelEx` (ctypes) when
 the attribute is on, and through CuPy otherwise (older GPUs, OPENJET_PDL=0): same kernels,
-same arguments, same results. Launches on a capturing stream become graph nodes with
-programmatic edges, so captured steps keep the overlap.
+same arguments, same results. Only launches onto a capturing stream take the attribute (see
+Kernel.__call__); they become graph nodes with programmatic edges.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import struct
 from functools import cache
 from typing import Any
 
@@ -50,34 +49,40 @@ class _LaunchConfig(ctypes.Structure):
     ]
 
 
+# one attribute for every overlapped launch (the driver copies it at launch)
+_PDL_ATTR = ctypes.pointer(_LaunchAttribute(id=_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, value=1))
+
+
 class LaunchFailed(RuntimeError):
     """The driver refused a launch; the message carries its error name."""
 
 
-def arg_bytes(arg: Any) -> bytes:
-    """The bytes a kernel parameter holds for `arg`: a device pointer for a CuPy array, the
-    value for a NumPy scalar (the launchers pass every scalar as one, e.g. np.int32)."""
+def arg_word(arg: Any) -> int:
+    """The 8-byte parameter slot a kernel argument fills, as an int: a device pointer for a
+    CuPy array, the value's bits for a NumPy scalar (the launchers pass every scalar as one,
+    e.g. np.int32; the driver reads only the parameter's own size from its slot)."""
+    kind = type(arg)
+    if kind is np.int32:
+        return int(arg) & 0xFFFFFFFF
+    if kind is np.float32:
+        return int(arg.view(np.uint32))
     if isinstance(arg, np.generic):
-        return arg.tobytes()
-    data = getattr(arg, "data", None)
-    ptr = getattr(data, "ptr", None)
+        if arg.itemsize > 8:
+            raise TypeError(f"kernel argument of {arg.itemsize} bytes")
+        return int.from_bytes(arg.tobytes(), "little")
+    ptr = getattr(getattr(arg, "data", None), "ptr", None)
     if isinstance(ptr, int):
-        return struct.pack("<Q", ptr)
+        return ptr
     raise TypeError(f"kernel argument of type {type(arg).__name__}: pass a cupy array or np scalar")
 
 
-def pack_args(args: tuple[Any, ...]) -> tuple[ctypes.Array[ctypes.c_char], Any]:
-    """(buffer, void*[] into it): each argument's bytes at its own 8-byte-aligned offset, the
-    form cuLaunchKernelEx reads kernelParams in (it copies them at launch)."""
-    blobs = [arg_bytes(a) for a in args]
-    offsets, size = [], 0
-    for blob in blobs:
-        offsets.append(size)
-        size += -(-len(blob) // 8) * 8
-    buf = ctypes.create_string_buffer(b"".join(b.ljust(-(-len(b) // 8) * 8, b"\0") for b in blobs))
+def pack_args(args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """(buffer, void*[] into it): one 8-byte slot per argument, the form cuLaunchKernelEx reads
+    kernelParams in (it copies them at launch, so the buffer may go right after)."""
+    n = max(1, len(args))
+    buf = (ctypes.c_uint64 * n)(*map(arg_word, args))
     base = ctypes.addressof(buf)
-    ptrs = (ctypes.c_void_p * max(1, len(args)))(*[base + o for o in offsets])
-    return buf, ptrs
+    return buf, (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
 
 
 def _dim3(v: Any) -> tuple[int, int, int]:
@@ -147,20 +152,15 @@ class Kernel:
         return self.handle
 
     def __call__(self, grid: Any, block: Any, args: tuple[Any, ...], shared_mem: int = 0) -> None:
-        if not pdl_enabled():
-            self.fn(grid, block, args, shared_mem=shared_mem)
-            return
         import cupy as cp
 
-        attr = _LaunchAttribute(id=_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-        cfg = _LaunchConfig(
-            grid=(ctypes.c_uint * 3)(*_dim3(grid)),
-            block=(ctypes.c_uint * 3)(*_dim3(block)),
-            shared_mem=shared_mem,
-            stream=cp.cuda.get_current_stream().ptr,
-            attrs=ctypes.pointer(attr),
-            n_attrs=1,
-        )
+        stream = cp.cuda.get_current_stream()
+        # overlap only in captured graphs: direct launches are bound by the host's ~8 us per
+        # launch, where the driver path's extra Python would cost more than the overlap saves
+        if not (pdl_enabled() and stream.is_capturing()):
+            self.fn(grid, block, args, shared_mem=shared_mem)
+            return
+        cfg = _LaunchConfig(_dim3(grid), _dim3(block), shared_mem, stream.ptr, _PDL_ATTR, 1)
         _buf, ptrs = pack_args(args)
         lib = _driver()
         code = lib.cuLaunchKernelEx(ctypes.byref(cfg), self._handle(), ptrs, None)

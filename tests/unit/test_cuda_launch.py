@@ -27,7 +27,7 @@ def test_arguments_are_packed_at_aligned_offsets() -> None:
     buf, ptrs = launch.pack_args(args)
     base = ctypes.addressof(buf)
     assert [ptrs[i] - base for i in range(4)] == [0, 8, 16, 24]
-    raw = bytes(buf)
+    raw = ctypes.string_at(base, 32)
     assert struct.unpack_from("<Q", raw, 0)[0] == 0x7F00_0000_1000
     assert struct.unpack_from("<i", raw, 8)[0] == -3
     assert struct.unpack_from("<f", raw, 16)[0] == 1.5
@@ -36,7 +36,7 @@ def test_arguments_are_packed_at_aligned_offsets() -> None:
 
 def test_a_python_int_is_refused_not_guessed() -> None:
     with pytest.raises(TypeError, match="np scalar"):
-        launch.arg_bytes(3)
+        launch.arg_word(3)
 
 
 def test_the_launch_structures_have_the_driver_layout() -> None:
