@@ -402,28 +402,6 @@ def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def pre_l2_sweep(backend: Any, rows: list[int], sizes: list[int]) -> list[dict[str, Any]]:
-    """Decode steps at each row count with the row products' L2 prefetch before their wait
-    (MatmulConfig.pre_l2: bytes per weight plane per CTA; 0: none), launches overlapped."""
-    from dataclasses import replace
-
-    from engine.cuda import build
-
-    default, out = build.MATMUL_CONFIG, []
-    try:
-        for size in sizes:
-            build.MATMUL_CONFIG = replace(default, pre_l2=size)
-            row: dict[str, Any] = {"pre_l2": size}
-            for n in rows:
-                slots, per = step_layouts(n)
-                row[f"decode_{n}_ms"] = time_rows(backend, [per] * slots, 512, per)
-            out.append(row)
-            print("pre_l2", json.dumps(row), flush=True)
-    finally:
-        build.MATMUL_CONFIG = default
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,2,4,8,12,16,20")
@@ -439,7 +417,6 @@ def main() -> int:
     )
     parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
     parser.add_argument("--pdl", action="store_true", help="plain against overlapped launches")
-    parser.add_argument("--pre-l2", help="row-product L2 prefetch sizes to sweep, bytes")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/decode.py")
@@ -482,10 +459,6 @@ def main() -> int:
             return save(info, args.json)
         if args.pdl:  # the comparison alone, then stop
             info["pdl"] = pdl_sweep(backend, rows)
-            return save(info, args.json)
-        if args.pre_l2:  # the sweep alone, then stop
-            sizes = [int(v) for v in args.pre_l2.split(",")]
-            info["pre_l2"] = pre_l2_sweep(backend, rows, sizes)
             return save(info, args.json)
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))

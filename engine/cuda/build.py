@@ -159,7 +159,6 @@ class MatmulConfig:
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
-    pre_l2: int = 0  # bytes per weight plane a row-product CTA prefetches to L2 before its wait
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -169,7 +168,6 @@ class MatmulConfig:
             f"-DMM_MT1={self.mt1}",
             f"-DMM_MINB1={self.min_blocks1}",
             f"-DMM_MINB1D={self.min_blocks1d}",
-            f"-DMM_PRE_L2={self.pre_l2}",
         )
 
     def row_tile(

@@ -111,31 +111,6 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
     }
 }
 
-#ifndef MM_PRE_L2
-#define MM_PRE_L2 0
-#endif
-// With programmatic dependent launch a product's CTAs can be resident while the kernel before
-// it finishes (oj_grid_dep). Its weights depend on nothing earlier, so before waiting a CTA
-// asks L2 for the first MM_PRE_L2 bytes of each plane of its tiles (tile-major: one span per
-// plane); the first CTA column only (the others read the same tiles). 0: no prefetch.
-template <class Frag, int MT>
-OJ_DEV void prefetch_tiles_l2(const WDesc& W, int row0) {
-    if (MM_PRE_L2 > 0 && blockIdx.x == 0) {
-        const size_t per_tile = (size_t)(W.cols >> 8) * 16;
-        const size_t u0 = (size_t)(row0 >> 4) * per_tile;
-        const size_t u_end = (size_t)((W.rows + 15) >> 4) * per_tile;
-        const size_t units = min((size_t)MT * per_tile, u_end - u0);
-        const u8* planes[4] = {W.p0, W.p1, W.p2, W.p3};
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            const size_t ub = Frag::unit_bytes(p);
-            const size_t len = min(units * ub, (size_t)MM_PRE_L2);
-            for (size_t off = (size_t)threadIdx.x * 128; off < len; off += (size_t)blockDim.x * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(planes[p] + u0 * ub + off));
-        }
-    }
-}
-
 template <class Frag, int MT, int NT, bool XH, int DEPTH>
 OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
@@ -162,7 +137,6 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
     // load just issued, so one super-block is in flight in effect; an unrolled ring that kept
     // two was no faster, bench/NOTES.md v16a.)
     Frag ring[DEPTH + 1][MT][2];
-    prefetch_tiles_l2<Frag, MT>(W, row0);
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
         if (warp + d * MM_NW < nsb) {

@@ -110,8 +110,6 @@ OJ_DEV void kquant_splat_scales(const uint4& hdr, int t, u32 (&ds)[4], u32 (&dmn
 struct FragQ4K {
     uint4 hdr, q0, q1;
     u32 ds[4], dmn[4];  // f16x2 splats of d*sc and -dmin*mn for sub-blocks 2G0,2G0+1,2G1,2G1+1
-    // bytes per unit in planes p0..p3 (the layouts above)
-    OJ_DEV static int unit_bytes(int p) { return p == 0 ? 144 : 0; }
     OJ_DEV static int e0(int t, int c) {
         const int w = c >> 1, h = c & 1, G = (w < 4 ? 0 : 2) + (t >> 1);
         return 64 * G + 32 * h + 16 * (t & 1) + 4 * (w & 3);
@@ -143,7 +141,6 @@ struct FragQ5K {
     uint4 hdr, qh, q0, q1;
     u32 ds[4], dmn[4];
     int t_;
-    OJ_DEV static int unit_bytes(int p) { return p == 0 ? 176 : 0; }
     OJ_DEV static int e0(int t, int c) { return FragQ4K::e0(t, c); }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const u8* blk = W.p0 + unit_index(W, row, sb) * 176;
@@ -172,7 +169,6 @@ struct FragQ6K {
     uint4 sc;
     u16 dbits;
     u32 ds[2][4];
-    OJ_DEV static int unit_bytes(int p) { return p == 0 ? 128 : p == 1 ? 64 : p == 2 ? 16 : 2; }
     OJ_DEV static int e0(int t, int c) {
         const int n = c >> 3, q = (c >> 1) & 3, j = c & 1;
         return 128 * n + 32 * q + 8 * t + 4 * j;
@@ -228,7 +224,6 @@ struct FragQ8_0 {
     uint4 qv[4];
     u32 dpair;  // the two f16 block scales of this thread's 64 elements
     u32 dsp[2];
-    OJ_DEV static int unit_bytes(int p) { return p == 0 ? 256 : p == 1 ? 16 : 0; }
     OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const size_t u = unit_index(W, row, sb);
@@ -253,7 +248,6 @@ struct FragQ8_0 {
 // their own exact kernel (matmul.cu).
 struct FragF16 {
     const u8* base;
-    OJ_DEV static int unit_bytes(int p) { return p == 0 ? 512 : 0; }
     OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         base = W.p0 + (unit_index(W, row, sb) * 256 + 64 * t) * 2;
