@@ -145,8 +145,8 @@ class Engine:
     def fields(self, n_draft: int = 0, slot: int | None = None) -> dict[str, Any]:
         """Engine-specific request fields. OpenJet places a request by its cached prefix itself;
         llama-server is pinned to a slot (`id_slot`) where a test needs a context to stay put."""
-        if self.name == "openjet":
-            return {"n_draft": n_draft}
+        if self.name == "openjet":  # both generate exactly max_tokens (random weights may
+            return {"n_draft": n_draft, "ignore_eos": True}  # draw an end token early)
         pinned = {} if slot is None else {"id_slot": slot}
         return {"ignore_eos": True, "cache_prompt": True, **pinned}
 
@@ -345,7 +345,10 @@ async def interference(
         raise RuntimeError(f"agent A produced no tokens: {a.error}")
     solo_start = max(a.events[0][0], b_sent - sizes.warm_s)
     solo = a.tokens_between(solo_start, b_sent) / max(b_sent - solo_start, 1e-6)
-    during = a.tokens_between(b_sent, window_end) / max(window_end - b_sent, 1e-6)
+    # A's rate over the part of B's prefill that A was still generating in (a reply that
+    # ended early would count the rest as zero tokens)
+    a_end = min(window_end, a.done) if a.done is not None else window_end
+    during = a.tokens_between(b_sent, a_end) / max(a_end - b_sent, 1e-6)
     result: dict[str, Any] = {
         "a_solo_tok_s": solo,
         "a_during_prefill_tok_s": during,
@@ -354,6 +357,7 @@ async def interference(
         "b_prefill_s": window_end - b_sent,
         "b_prefill_tok_s": sizes.prefill / (window_end - b_sent),
         "b_timings": b_timings,
+        "a_ended_during_b": a_end < window_end,
     }
     if before is not None and after is not None:
         # steps with A's row in them: A gains one token a step, so fewer A tokens than steps

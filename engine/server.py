@@ -108,7 +108,7 @@ class Api:
             prompt=prompt,
             sampling=options.sampling,
             max_tokens=min(options.max_tokens or room, room),
-            stop_ids=self.tokenizer.eog_ids,
+            stop_ids=frozenset() if options.ignore_eos else self.tokenizer.eog_ids,
             n_draft=options.n_draft,
         )
 

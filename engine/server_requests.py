@@ -150,6 +150,9 @@ class GenerationOptions:
     # llama-server's extension: a streamed chunk for every generated token, text or not, with
     # the count so far in `timings.predicted_n` (clients and benchmarks time tokens by it)
     timings_per_token: bool = False
+    # llama-server's extension: end-of-generation tokens do not stop the reply (benchmarks that
+    # must generate exactly max_tokens); the stop strings still do
+    ignore_eos: bool = False
 
 
 def _options(body: dict[str, Any], model_ids: frozenset[str], seed: int) -> GenerationOptions:
@@ -172,6 +175,7 @@ def _options(body: dict[str, Any], model_ids: frozenset[str], seed: int) -> Gene
         sampling=sampling_from(body, seed),
         n_draft=n_draft,
         timings_per_token=bool(field_of(body, "timings_per_token", _BOOL, False)),
+        ignore_eos=bool(field_of(body, "ignore_eos", _BOOL, False)),
     )
 
 

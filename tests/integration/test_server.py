@@ -285,3 +285,25 @@ def test_pool_exhaustion_is_a_clear_error_and_spares_the_neighbour(tmp_path: Pat
     assert "KV pool exhausted" in failed.json()["error"]["message"]
     survivor = (first, second)[index]
     assert survivor.json()["choices"][0]["text"] == solo[index]  # the neighbour is intact
+
+
+def test_ignore_eos_generates_past_an_end_token(
+    backend: ReferenceBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server's `ignore_eos`: an end-of-generation token does not end the reply. The
+    tiny model never draws a real end token, so its 5th greedy token is declared one here."""
+    with serving(backend, speculation="off") as base:
+        ids = complete(base, PROMPTS[0], 12, return_tokens=True)["choices"][0]["tokens"]
+    monkeypatch.setitem(vars(backend.tokenizer), "eog_ids", frozenset({ids[4]}))
+    with serving(backend, speculation="off") as base:
+        stopped = complete(base, PROMPTS[0], 12, return_tokens=True)
+        ignored = complete(base, PROMPTS[0], 12, return_tokens=True, ignore_eos=True)
+        bad = httpx.post(
+            f"{base}/v1/completions", json={"prompt": "x", "ignore_eos": "yes"}, timeout=60
+        )
+    first = ids.index(ids[4])  # the declared end token may come earlier in the reply too
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["choices"][0]["tokens"] == ids[:first]
+    assert ignored["choices"][0]["finish_reason"] == "length"
+    assert ignored["choices"][0]["tokens"] == ids
+    assert "ignore_eos" in _error(bad, 400)
