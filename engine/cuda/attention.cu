@@ -150,7 +150,7 @@ extern "C" __global__ void attn_prep(const float* qg, const float* kf, const flo
                                      i8* kq, u16* kd, i8* vq, u16* vd, const int* page_table,
                                      int max_pages, const int* row_slot, const int* row_pos,
                                      float theta_scale) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     __shared__ float xs[ATT_D], scratch[32];
     const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x, pos = row_pos[t];
     if (h < ATT_HQ) {
@@ -208,7 +208,7 @@ OJ_DEV void store_split(const float (*sm_m)[ATT_GROUP], const float (*sm_l)[ATT_
 //   part_ml f32 [T][ATT_HKV][ATT_SPLITS][ATT_GROUP][2]      (running max, sum of p)
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     attn_decode(ATT_DECODE_PARAMS) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
     __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
     const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
@@ -352,7 +352,7 @@ OJ_DEV u32 code_pair(u32 a, u32 b, int i) {
 
 extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     attn_decode_tc(ATT_DECODE_PARAMS) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     __shared__ float sm_m[ATT_WARPS][ATT_GROUP], sm_l[ATT_WARPS][ATT_GROUP];
     __shared__ float sm_acc[ATT_WARPS][ATT_GROUP][ATT_D];
     const int t = blockIdx.x, u = blockIdx.y, split = blockIdx.z;
@@ -498,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
 // grid (T, ATT_HKV), block 256.  y: f32 [T][ATT_HQ*ATT_D]
 extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* part_o,
                                       const float* part_ml, float* y) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     const int t = blockIdx.x, u = blockIdx.y;
     const size_t part0 = ((size_t)t * ATT_HKV + u) * ATT_SPLITS;
     for (int idx = threadIdx.x; idx < ATT_GROUP * ATT_D; idx += blockDim.x) {

@@ -21,17 +21,34 @@ typedef unsigned long long u64;
 // ---- programmatic dependent launch (sm_90+; on older GPUs these compile to nothing) --------
 // engine/cuda/launch.py may launch a kernel with the programmatic-serialization attribute: its
 // CTAs can then start while the kernel before it in the stream is still running. Every
-// __global__ calls oj_grid_dep() before its first read of anything an earlier kernel wrote,
-// before its first write and before any return: griddepcontrol.wait blocks until the earlier
-// kernel has finished and its writes are visible (a grid that ended without waiting could end
-// before its predecessor, and the next kernel would then read unfinished results). The
-// release after the wait lets the next kernel's CTAs be scheduled, so at most two kernels
-// overlap. Without the attribute the wait returns at once, so a fused kernel may call these.
-OJ_DEV void oj_grid_dep() {
+// __global__ calls oj_grid_dep() or oj_grid_dep_early() before its first read of anything an
+// earlier kernel wrote, before its first write and before any return: griddepcontrol.wait
+// blocks until the earlier kernel has finished and its writes are visible (a grid that ended
+// without waiting could end before its predecessor, and the next kernel would then read
+// unfinished results). launch_dependents lets the next kernel's CTAs be scheduled once every
+// CTA of this one has issued it (or exited); it orders nothing in memory.
+// oj_grid_dep (the weight products): release after the wait, so a product's successor is
+// scheduled only once the product runs, and at most one product runs ahead.
+// oj_grid_dep_early (the small kernels between products): release first, so the product after
+// a norm or a recurrence is scheduled while the product before it drains, and starts its weight
+// loads then. Without the attribute the wait returns at once, so a fused kernel may call these.
+OJ_DEV void oj_grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+OJ_DEV void oj_grid_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+OJ_DEV void oj_grid_dep() {
+    oj_grid_wait();
+    oj_grid_release();
+}
+OJ_DEV void oj_grid_dep_early() {
+    oj_grid_release();
+    oj_grid_wait();
 }
 
 // ---- half <-> float (bit patterns held in u16 / u32 so no header type is needed) ----------

@@ -51,7 +51,7 @@ OJ_DEV float dn_conv_channel(const float* mix, int ldm, const float* conv_w, con
 extern "C" __global__ void dn_conv(const float* mix, int ldm, const float* conv_w,
                                    const float* conv_st, float* u, const int* row_slot,
                                    const int* row_first, int C) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     __shared__ float scratch[32];
     const int t = blockIdx.y, c = blockIdx.x * DN_DK + threadIdx.x;
     conv_st += (size_t)row_slot[t] * 3 * C;
@@ -236,11 +236,11 @@ OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
 }
 
 extern "C" __global__ void __launch_bounds__(2 * DN_DV) dn_recur(DN_RECUR_PARAMS) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     dn_recur_cols<DN_DV>(DN_RECUR_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(2 * DN_CB) dn_recur_split(DN_RECUR_PARAMS) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     dn_recur_cols<DN_CB>(DN_RECUR_ARGS);
 }
 
@@ -248,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(2 * DN_CB) dn_recur_split(DN_RECUR_
 // block 256.
 extern "C" __global__ void dn_gate_norm(float* y, const float* z, int ldz, const float* ssm_norm,
                                         const int* seg_start, const int* seg_rows, int HV) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     const int s = blockIdx.y;
     dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, blockIdx.x, seg_start[s], seg_rows[s]);
 }

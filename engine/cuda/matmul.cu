@@ -183,7 +183,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
 extern "C" __global__ void __launch_bounds__(128)
     mm_f32_exact(const float* __restrict__ W, int rows, int cols, const float* __restrict__ X,
                  int ldx, float* __restrict__ Y, int ldy, int R, int accumulate) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     const int lane = threadIdx.x & 31, n = blockIdx.x * 4 + (threadIdx.x >> 5);
     const int r0 = blockIdx.y * 8, nr = min(8, R - r0);
     if (n >= rows) return;
@@ -391,7 +391,7 @@ OJ_MMG_BOTH(f16, FragF16)
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]
 extern "C" __global__ void embed_rows(const u8* p0, const u8* p1, const u8* p2, const u8* p3,
                                       int rows, int cols, int type, const int* tok, float* out) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     const WDesc W = {p0, p1, p2, p3, rows, cols};
     const int t = blockIdx.x, row = tok[t];
     for (int k = threadIdx.x; k < cols; k += blockDim.x)

@@ -32,7 +32,7 @@ OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, uint2* yh, int
 // (kernels.RMSNORM_THREADS): the bound keeps its registers within that.
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm_rows(const float* x, int ldx, const float* w, float* y, int ldy,
                                         u16* yh, int ldyh, int n, float eps) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     __shared__ float scratch[32];
     uint2* yh_row = yh ? (uint2*)(yh + (size_t)blockIdx.x * ldyh) : nullptr;
     rmsnorm_row(x + (size_t)blockIdx.x * ldx, w, y + (size_t)blockIdx.x * ldy, yh_row, n, eps,
@@ -43,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_rows(const float* x, 
 //   gu: f32 [T][2F], h: f32 [T][F], hh (may be null): h packed for the products (`pack_b`,
 //   f16 [T][F]); F % 4 == 0, four elements per thread
 extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int F, int T) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     const int F4 = F >> 2;
     const size_t n = (size_t)T * F4;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
@@ -60,7 +60,7 @@ extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int F
 
 // dst[i][:] = src[idx[i]][:]   src, dst: f32 [.][n]
 extern "C" __global__ void gather_rows(const float* src, const int* idx, float* dst, int n) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     const float* s = src + (size_t)idx[blockIdx.x] * n;
     float* d = dst + (size_t)blockIdx.x * n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
@@ -68,7 +68,7 @@ extern "C" __global__ void gather_rows(const float* src, const int* idx, float* 
 
 // y = x + a  (residual add; used where a product could not accumulate in place)
 extern "C" __global__ void add_rows(float* y, const float* a, size_t n) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] += a[i];

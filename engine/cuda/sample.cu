@@ -69,7 +69,7 @@ OJ_DEV u32 search_threshold(const float* lg, Range r, u32 floor_key, float mx, i
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(float* logits, int V, const float* fparams, const int* iparams,
                 const int* pen_off, const int* pen_tok, const int* pen_cnt, int* out) {
-    oj_grid_dep();
+    oj_grid_dep_early();
     __shared__ float scratch[32];
     __shared__ float part[SAMPLE_THREADS];
     __shared__ int sidx[32];
