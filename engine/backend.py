@@ -207,6 +207,10 @@ class Backend(Protocol):
     # Optional: `row_quantum: int` — rows a step's cost grows in steps of (the CUDA row
     # kernels' n-tile, 8); the scheduler trims prompt rows beside decoding slots so a step does
     # not spill a few rows into the next quantum (default 1: no trimming).
+    # Optional: `overlaps_host_work: bool` — True when `step` takes a keyword
+    # `while_running: Callable[[], None] | None` and calls it once, after the step's work is
+    # queued on the device and before it waits for it (the scheduler hands out the previous
+    # step's tokens then, so the server streams them while the device works).
 
     @property
     def pool(self) -> PagedKVPool:

@@ -15,6 +15,7 @@ MTP drafts: the head catches up lazily on the trunk hiddens it has not consumed,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ class ReferenceBackend:
     """Backend over `ReferenceModel`: exact f32 math on the CPU."""
 
     kind = "reference"
+    overlaps_host_work = True  # step(plan, while_running=...): see engine/backend.py
 
     def __init__(
         self,
@@ -162,7 +164,7 @@ class ReferenceBackend:
 
     # -- the step ------------------------------------------------------------------------------
 
-    def step(self, plan: StepPlan) -> StepResult:
+    def step(self, plan: StepPlan, while_running: Callable[[], None] | None = None) -> StepResult:
         started = time.perf_counter()
         check_plan(plan, self.n_slots, [s.state.n_past for s in self._slots], self.max_rows)
         for step in plan.slots:
@@ -173,6 +175,8 @@ class ReferenceBackend:
         needed = sum(self._pool.pages_needed(s.slot, s.end_pos) for s in plan.slots)
         if needed > self._pool.free_pages:
             raise PoolExhausted(needed * self._pool.page_size, self._pool.free_tokens)
+        if while_running is not None:  # the plan is valid: the work starts now
+            while_running()
         results = [
             self._prefill(s) if s.kind is RowKind.PREFILL else self._decode(s) for s in plan.slots
         ]

@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.backend import Backend, RowKind, SlotStep, StepPlan, StepResult
@@ -93,6 +94,7 @@ class Scheduler:
         self._turn = 0  # round-robin offset for the prefill budget
         self._published_at = -PUBLISH_INTERVAL_S
         self._changed = True  # a slot changed hands since the last snapshot
+        self._flush_hooks: list[Callable[[], None]] = []
 
     # -- API for other threads -------------------------------------------------------------------
 
@@ -103,6 +105,17 @@ class Scheduler:
     def cancel(self, request_id: str) -> None:
         self._commands.put(("cancel", request_id))
         self._wake.set()
+
+    def add_flush_hook(self, hook: Callable[[], None]) -> None:
+        """`hook()` is called on the engine thread once a step's device work is queued (before
+        the engine waits for it), when the engine goes idle, and after failures: a sink that
+        only queues its events (engine/server_generation.py LoopMailbox) hands them over then,
+        so their consumers run while the device works instead of between two steps."""
+        self._flush_hooks.append(hook)
+
+    def _flush(self) -> None:
+        for hook in self._flush_hooks:
+            hook()
 
     def snapshot(self) -> EngineSnapshot:
         return self.stats.latest
@@ -117,6 +130,7 @@ class Scheduler:
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=30)
+        self._flush()
 
     def _run(self) -> None:
         while self._running:
@@ -125,6 +139,7 @@ class Scheduler:
             except Exception as error:  # a bug here must fail requests, not hang them
                 traceback.print_exc()
                 self._fail_everything(f"engine error: {type(error).__name__}: {error}")
+                self._flush()
                 busy = True
             if not busy:
                 self._wake.wait(0.05)
@@ -146,13 +161,19 @@ class Scheduler:
         self._admit_waiting()
         plan = self._plan_that_fits()
         if plan is None:
+            self._flush()
             self._publish(force=True)  # idle: the last figures must not stay stale
             return False
         try:
-            result = self.backend.step(plan)
+            if getattr(self.backend, "overlaps_host_work", False):
+                result = self.backend.step(plan, while_running=self._flush)  # type: ignore[call-arg]
+            else:
+                self._flush()
+                result = self.backend.step(plan)
         except Exception as error:  # a failed step must not take the engine thread down
             for step in plan.slots:
                 self._fail_slot(step.slot, f"engine step failed: {type(error).__name__}: {error}")
+            self._flush()
             self._publish(force=True)
             return True
         self._apply(plan, result)

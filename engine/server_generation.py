@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,17 +20,65 @@ from engine.scheduler import Scheduler
 from engine.scheduler_events import Finished, GenerationRequest, Queued, RequestEvent, TokensOut
 
 
+class LoopMailbox:
+    """Events from the engine thread to queues on one event loop, delivered in batches. `post`
+    only queues; `flush` wakes the loop (call_soon_threadsafe writes to its self-pipe) once for
+    everything queued since. The scheduler flushes once its next step is running on the GPU
+    (Scheduler.add_flush_hook): the loop then turns the tokens into SSE while the GPU works,
+    instead of taking the interpreter from the engine thread between two steps. Each queue
+    sees its events in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue[RequestEvent], RequestEvent]] = []
+        self._waking = False  # a delivery is scheduled on the loop and has not run yet
+
+    def post(self, inbox: asyncio.Queue[RequestEvent], event: RequestEvent) -> None:
+        """Engine thread: queue `event` for `inbox` until the next flush."""
+        with self._lock:
+            self._pending.append((inbox, event))
+
+    def flush(self) -> None:
+        """Engine thread: have the loop deliver what is queued."""
+        with self._lock:
+            if not self._pending or self._waking:
+                return
+            self._waking = True
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+            self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:  # event loop
+        with self._lock:
+            batch, self._pending, self._waking = self._pending, [], False
+        for inbox, event in batch:
+            inbox.put_nowait(event)
+
+
 class EngineBridge:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
+        self._mailboxes: dict[asyncio.AbstractEventLoop, LoopMailbox] = {}
+        scheduler.add_flush_hook(self._flush)
+
+    def _flush(self) -> None:  # engine thread
+        for box in list(self._mailboxes.values()):
+            box.flush()
+
+    def _mailbox(self, loop: asyncio.AbstractEventLoop) -> LoopMailbox:
+        box = self._mailboxes.get(loop)
+        if box is None:  # one per loop (tests run several servers, each on its own loop)
+            live = {k: v for k, v in self._mailboxes.items() if not k.is_closed()}
+            live[loop] = box = LoopMailbox(loop)
+            self._mailboxes = live  # replaced whole: the engine thread iterates a snapshot
+        return box
 
     async def events(self, request: GenerationRequest) -> AsyncIterator[RequestEvent]:
-        loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[RequestEvent] = asyncio.Queue()
+        post = self._mailbox(asyncio.get_running_loop()).post
 
         def sink(event: RequestEvent) -> None:  # engine thread
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
-                loop.call_soon_threadsafe(inbox.put_nowait, event)
+            post(inbox, event)
 
         finished = False
         self.scheduler.submit(request, sink)

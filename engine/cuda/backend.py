@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ class CudaBackend:
     # the row kernels take activation rows in n-tiles of 8 (matmul.cu): a step of 17 rows runs
     # the 3-tile kernel, as slow as 24 rows (bench/NOTES.md, v12-v13 step times)
     row_quantum = 8
+    overlaps_host_work = True  # step(plan, while_running=...): see engine/backend.py
 
     def __init__(self, model: CudaModel, tokenizer: Any = None, chat_template: Any = None, model_name: str = "model", n_slots: int = 4, kv_tokens: int | None = None, page_size: int = 16, max_rows: int = 512, use_graphs: bool = True, use_mtp: bool = True) -> None:  # fmt: skip
         if not 1 <= n_slots <= 8:
@@ -65,6 +67,7 @@ class CudaBackend:
         # the caller wants MTP drafts at all (`openjet serve --speculation off` does not)
         self.has_mtp = model.mtp is not None and use_mtp
         self.use_graphs = use_graphs
+        self._while_running: Callable[[], None] | None = None  # step(): see _running
         if kv_tokens is None:
             kv_tokens = self._tokens_that_fit(model, n_slots, page_size, max_rows)
         self._pool = PagedKVPool(kv_tokens, page_size)
@@ -173,7 +176,7 @@ class CudaBackend:
 
     # -- the step ------------------------------------------------------------------------------
 
-    def step(self, plan: StepPlan) -> StepResult:
+    def step(self, plan: StepPlan, while_running: Callable[[], None] | None = None) -> StepResult:
         started = time.perf_counter()
         check_plan(plan, self.n_slots, self._lengths, self.max_rows)
         for s in plan.slots:
@@ -185,8 +188,12 @@ class CudaBackend:
         if needed > self._pool.free_pages:
             raise PoolExhausted(needed * self._pool.page_size, self._pool.free_tokens)
         results = {s.slot: SlotResult(s.slot, [], n_rows=s.n_rows) for s in plan.slots}
-        for group in self._passes(plan):
-            self._run_pass(group, results)
+        self._while_running = while_running  # called once the first pass is queued
+        try:
+            for group in self._passes(plan):
+                self._run_pass(group, results)
+        finally:
+            self._running()  # a plan of no rows queues nothing; an error: hand out anyway
         return StepResult([results[s.slot] for s in plan.slots], time.perf_counter() - started)
 
     def _passes(self, plan: StepPlan) -> list[list[tuple[SlotStep, int, int]]]:
@@ -247,12 +254,20 @@ class CudaBackend:
         if debug:
             self.fwd.trunk(lay)
             self.fwd.head(lay.n_sample)
+            self._running()
             logits = ws.logits[: lay.n_sample].get()
             self.fwd.draw(lay.n_sample)
         else:
             self.fwd.run(lay, self.use_graphs)
+            self._running()
         drawn = ws.out_tok[: lay.n_sample].get().tolist() if lay.n_sample else []
         self._finish(group, seg, sample_rows, drawn, logits if debug else None, results)
+
+    def _running(self) -> None:
+        """The step's first pass is queued on the GPU: the caller's while_running, once."""
+        hook, self._while_running = self._while_running, None
+        if hook is not None:
+            hook()
 
     def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]]) -> None:  # fmt: skip
         """The pass's metadata into the pinned host buffer, then one copy to the device; the

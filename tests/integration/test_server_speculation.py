@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,9 +38,9 @@ class Recorder:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def step(self, plan: StepPlan) -> StepResult:
+    def step(self, plan: StepPlan, **kwargs: Any) -> StepResult:
         self.plans.append(plan)
-        return self.inner.step(plan)
+        return self.inner.step(plan, **kwargs)  # e.g. while_running (overlaps_host_work)
 
 
 def generate(scheduler: Scheduler, request: GenerationRequest) -> tuple[list[int], Finished, int]:

@@ -9,7 +9,7 @@ continuation with every third draft wrong, so verification both keeps and reject
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -561,3 +561,45 @@ def test_a_request_without_drafts_never_builds_their_context() -> None:
     drafted = GenerationRequest(prompt(6, 50), GREEDY, max_tokens=20, draft_provider=provider)
     [again] = run(scheduler, [drafted])
     assert again.tokens == sink.tokens and calls  # with drafts asked for, it is called
+
+
+class OverlappingBackend(FakeBackend):
+    """Declares overlaps_host_work and logs when the scheduler's hand-out runs."""
+
+    overlaps_host_work = True
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def step(self, plan: StepPlan, while_running: Callable[[], None] | None = None) -> StepResult:
+        self.log.append("queued")
+        if while_running is not None:
+            while_running()
+        self.log.append("done")
+        return super().step(plan)
+
+
+def test_events_are_handed_out_while_the_next_step_runs() -> None:
+    """A flush hook runs once per step, after the backend queued the step's work: the tokens of
+    step N reach a queuing sink during step N+1; idle, the last ones go out at once."""
+    log: list[str] = []
+    scheduler = Scheduler(OverlappingBackend(log), SchedulerConfig(speculation="off"))
+    sink = Collector()
+    handed: list[int] = []
+
+    def hook() -> None:
+        log.append("flush")
+        handed.append(len(sink.tokens))
+
+    scheduler.add_flush_hook(hook)
+    scheduler.submit(GenerationRequest(prompt=prompt(3, 12), max_tokens=4), sink)
+    while scheduler.step_once():
+        pass
+    assert sink.tokens == solo_greedy(prompt(3, 12), 4)
+    steps = log.count("queued")
+    assert log[: 3 * steps] == ["queued", "flush", "done"] * steps
+    # one token per step: at step N's hand-out the sink holds the tokens of steps 1..N-1;
+    # going idle hands out the last one
+    assert handed == [*range(steps), 4]
+    assert log[-1] == "flush"
