@@ -134,3 +134,16 @@ def test_gpu_only_benchmarks_say_so_without_a_gpu(script: str) -> None:
     assert done.returncode == 2
     assert f"bench/{script}.py: needs a CUDA GPU" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_server_gap_measures_the_host_time_between_steps(tmp_path: Path) -> None:
+    """bench/server_gap.py: the real server and scheduler over a sleeping stub backend."""
+    out = tmp_path / "gap.json"
+    command = [sys.executable, str(ROOT / "bench" / "server_gap.py"), "--agents", "2"]
+    command += ["--tokens", "24", "--step-ms", "2", "--repeats", "1", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["agents"] == 2 and len(run["ms_per_token"]) == 2
+    assert all(t >= 2.0 for t in run["ms_per_token"])  # a step sleeps 2 ms, a token takes one
+    assert 0 < run["gap_ms_median"] < 50

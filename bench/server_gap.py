@@ -1,0 +1,164 @@
+"""The serving stack's host time per step, without a GPU: OpenJet's real server and scheduler over
+a backend whose step only sleeps for a fixed time standing for the GPU's (the tiny synthetic
+model's reference backend underneath keeps the pool and slot bookkeeping real).
+
+Streaming clients decode through HTTP; the script prints each agent's time per token by the
+server's own clock and, between two consecutive backend steps, the wall time the engine thread
+took and how much of it was its own CPU. What exceeds the sleep is the host work that the GPU
+waits for: scheduling, handing tokens to the event loop, and any wait for the interpreter lock
+while the event loop turns tokens into SSE. The stub declares `overlaps_host_work` and calls
+`while_running` before it sleeps, as CudaBackend does once its step is queued on the device.
+Usage: python bench/server_gap.py [--agents 1,4] [--tokens 200] [--step-ms 9] [--no-overlap]
+[--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import manifest  # noqa: E402
+from bench.decode import save  # noqa: E402
+from bench.parallel_scenarios import Engine  # noqa: E402
+from engine.backend import SlotResult, StepPlan, StepResult  # noqa: E402
+from engine.reference_backend import ReferenceBackend  # noqa: E402
+
+
+class SleepingBackend:
+    """A reference backend whose step sleeps `step_s` and samples token 5 for every slot."""
+
+    overlaps_host_work = True
+
+    def __init__(self, inner: ReferenceBackend, step_s: float) -> None:
+        self.inner, self.step_s = inner, step_s
+        self.lengths = [0] * inner.n_slots
+        self.gaps: list[float] = []  # wall s between one step's end and the next one's start
+        self.cpu: list[float] = []  # the engine thread's CPU s in that gap
+        self._ended: tuple[float, float] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def step(self, plan: StepPlan, while_running: Callable[[], None] | None = None) -> StepResult:
+        now, cpu = time.perf_counter(), time.thread_time()
+        if self._ended is not None:
+            self.gaps.append(now - self._ended[0])
+            self.cpu.append(cpu - self._ended[1])
+        out = []
+        for s in plan.slots:
+            self.inner.pool.extend(s.slot, s.end_pos)
+            self.lengths[s.slot] = s.end_pos
+            out.append(SlotResult(s.slot, [5] if s.sample else [], n_rows=s.n_rows))
+        if while_running is not None:
+            while_running()
+        time.sleep(self.step_s)
+        self._ended = (time.perf_counter(), time.thread_time())
+        return StepResult(out)
+
+    def slot_length(self, slot: int) -> int:
+        return self.lengths[slot]
+
+    def reset_slot(self, slot: int) -> None:
+        self.lengths[slot] = 0
+        self.inner.pool.release(slot)
+
+    def take_gaps(self) -> tuple[list[float], list[float]]:
+        gaps, cpu = self.gaps, self.cpu
+        self.gaps, self.cpu, self._ended = [], [], None
+        return gaps, cpu
+
+
+def serve(backend: SleepingBackend) -> tuple[str, Any]:
+    import uvicorn
+
+    from engine.scheduler import Scheduler, SchedulerConfig
+    from engine.server import ServedModel, create_app
+
+    scheduler = Scheduler(backend, SchedulerConfig(speculation="off"))
+    app = create_app(ServedModel(scheduler, "stub"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    server = uvicorn.Server(config)
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return f"http://127.0.0.1:{port}", server
+
+
+async def agents(base: str, n: int, tokens: int) -> list[float]:
+    """ms per token of each of n concurrent streams, by the server's clock."""
+    import httpx
+
+    engine = Engine("openjet", base)
+    prompts = [[(i * 7 + j * 13 + 1) % 2000 for j in range(64)] for i in range(n)]
+    async with httpx.AsyncClient(timeout=600) as client:
+        streams = await asyncio.gather(*[engine.stream(client, p, tokens, 0) for p in prompts])
+    rates = [s.server_rate() or s.rate() or 0.0 for s in streams]
+    return [1e3 / r if r else float("nan") for r in rates]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="1,4")
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--step-ms", type=float, default=9.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--no-overlap", action="store_true", help="tokens handed out before a step, not during"
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from engine.synthetic import write_synthetic
+
+    info: dict[str, Any] = {"manifest": manifest(), "step_ms": args.step_ms, "runs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_synthetic(Path(tmp) / "tiny.gguf", "tiny", "q8_0", 1)
+        inner = ReferenceBackend.from_gguf(path, n_slots=8, kv_tokens=65536)
+        backend = SleepingBackend(inner, args.step_ms / 1e3)
+        backend.overlaps_host_work = not args.no_overlap
+        info["overlap"] = backend.overlaps_host_work
+        base, server = serve(backend)
+        try:
+            for _ in range(args.repeats):
+                for n in (int(a) for a in args.agents.split(",")):
+                    backend.take_gaps()
+                    per_token = asyncio.run(agents(base, n, args.tokens))
+                    gaps, cpu = backend.take_gaps()
+                    steady = gaps[len(gaps) // 10 :]  # the first steps admit and prefill
+                    cpu = cpu[len(cpu) // 10 :]
+                    run = {
+                        "agents": n,
+                        "ms_per_token": per_token,
+                        "gap_ms_median": 1e3 * statistics.median(steady),
+                        "gap_ms_mean": 1e3 * statistics.mean(steady),
+                        "engine_cpu_ms_median": 1e3 * statistics.median(cpu),
+                    }
+                    info["runs"].append(run)
+                    print(
+                        f"agents {n}: ms/token {[round(t, 3) for t in per_token]}; gap between "
+                        f"steps median {run['gap_ms_median']:.3f} ms, mean "
+                        f"{run['gap_ms_mean']:.3f}; engine thread CPU in it "
+                        f"{run['engine_cpu_ms_median']:.3f}",
+                        flush=True,
+                    )
+        finally:
+            server.should_exit = True
+    return save(info, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
