@@ -348,6 +348,19 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def sweep_point(backend: Any, label: str, row: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """One variant of a sweep: decode steps at each row count (512-token contexts), a 512-row
+    prompt chunk and prefill throughput at 512 and 8192 tokens, added to `row` and printed."""
+    for n in rows:
+        slots, per = step_layouts(n)
+        row[f"decode_{n}_ms"] = time_rows(backend, [per] * slots, 512, per)
+    row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
+    row["prefill512_tok_s"] = prefill(backend, 512)
+    row["prefill8192_tok_s"] = prefill(backend, 8192)
+    print(label, json.dumps(row), flush=True)
+    return row
+
+
 def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
     """Decode steps (1, 4, 8 slots) and a 512-row prompt chunk, and prefill throughput, with
     the DeltaNet recurrence over each number of state columns per CTA (KernelDims.dn_cb) in
@@ -363,14 +376,7 @@ def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
         for cb in widths:
             fwd.use_ops(Ops(replace(ops0.dims, dn_cb=cb or ops0.dims.dn_cb)))
             forward.DN_SPLIT_ROWS = rows0 if cb else 1 << 30
-            row: dict[str, Any] = {"dn_cb": cb}
-            for slots in (1, 4, 8):
-                row[f"decode_{slots}_ms"] = time_rows(backend, [1] * slots, 512, 1)
-            row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
-            row["prefill512_tok_s"] = prefill(backend, 512)
-            row["prefill8192_tok_s"] = prefill(backend, 8192)
-            out.append(row)
-            print("deltanet", json.dumps(row), flush=True)
+            out.append(sweep_point(backend, "deltanet", {"dn_cb": cb}, [1, 4, 8]))
     finally:
         fwd.use_ops(ops0)
         forward.DN_SPLIT_ROWS = rows0
@@ -387,15 +393,7 @@ def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
         for on in (False, True):
             launch.set_pdl(on)
             fwd.use_ops(fwd.ops)  # drop the graphs captured with the other launches
-            row: dict[str, Any] = {"pdl": on}
-            for n in rows:
-                slots, per = step_layouts(n)
-                row[f"decode_{n}_ms"] = time_rows(backend, [per] * slots, 512, per)
-            row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
-            row["prefill512_tok_s"] = prefill(backend, 512)
-            row["prefill8192_tok_s"] = prefill(backend, 8192)
-            out.append(row)
-            print("pdl", json.dumps(row), flush=True)
+            out.append(sweep_point(backend, "pdl", {"pdl": on}, rows))
     finally:
         launch.set_pdl(None)
         fwd.use_ops(fwd.ops)
