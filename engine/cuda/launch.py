@@ -3,8 +3,9 @@
 A decode step is hundreds of kernels, most of them weight products whose last wave leaves SMs idle
 while the next product has not started. With the programmatic-stream-serialization attribute
 (sm_90 and later) a kernel's CTAs are scheduled as soon as every CTA of the kernel before it
-has passed `oj_grid_dep()` (common.cuh); they start their weight loads, which depend on no
-earlier kernel, and wait there for the earlier kernel's results. CuPy's RawKernel cannot set
+has released them (`oj_grid_dep` / `oj_grid_dep_early`, common.cuh); a product's CTAs then
+start their weight loads, which depend on no earlier kernel, and wait for the earlier
+kernel's results. CuPy's RawKernel cannot set
 launch attributes, so `Kernel` launches through the driver's `cuLaunchKernelEx` (ctypes) when
 the attribute is on, and through CuPy otherwise (older GPUs, OPENJET_PDL=0): same kernels,
 same arguments, same results. Only launches onto a capturing stream take the attribute (see
