@@ -67,7 +67,6 @@ class CudaBackend:
         # the caller wants MTP drafts at all (`openjet serve --speculation off` does not)
         self.has_mtp = model.mtp is not None and use_mtp
         self.use_graphs = use_graphs
-        self._while_running: Callable[[], None] | None = None  # step(): see _running
         if kv_tokens is None:
             kv_tokens = self._tokens_that_fit(model, n_slots, page_size, max_rows)
         self._pool = PagedKVPool(kv_tokens, page_size)
@@ -188,12 +187,9 @@ class CudaBackend:
         if needed > self._pool.free_pages:
             raise PoolExhausted(needed * self._pool.page_size, self._pool.free_tokens)
         results = {s.slot: SlotResult(s.slot, [], n_rows=s.n_rows) for s in plan.slots}
-        self._while_running = while_running  # called once the first pass is queued
-        try:
-            for group in self._passes(plan):
-                self._run_pass(group, results)
-        finally:
-            self._running()  # a plan of no rows queues nothing; an error: hand out anyway
+        for group in self._passes(plan):
+            self._run_pass(group, results, while_running)
+            while_running = None  # once: after the first pass is queued
         return StepResult([results[s.slot] for s in plan.slots], time.perf_counter() - started)
 
     def _passes(self, plan: StepPlan) -> list[list[tuple[SlotStep, int, int]]]:
@@ -216,8 +212,12 @@ class CudaBackend:
         return [*([plain] if plain else []), *passes]
 
     def _run_pass(
-        self, group: list[tuple[SlotStep, int, int]], results: dict[int, SlotResult]
+        self,
+        group: list[tuple[SlotStep, int, int]],
+        results: dict[int, SlotResult],
+        queued: Callable[[], None] | None = None,
     ) -> None:
+        """One pass; `queued()` (if given) once its GPU work is queued, before the readback."""
         ws = self.ws
         T = sum(b - a for _, a, b in group)
         saved = ws.t_save >= T
@@ -254,20 +254,14 @@ class CudaBackend:
         if debug:
             self.fwd.trunk(lay)
             self.fwd.head(lay.n_sample)
-            self._running()
             logits = ws.logits[: lay.n_sample].get()
             self.fwd.draw(lay.n_sample)
         else:
             self.fwd.run(lay, self.use_graphs)
-            self._running()
+        if queued is not None:
+            queued()
         drawn = ws.out_tok[: lay.n_sample].get().tolist() if lay.n_sample else []
         self._finish(group, seg, sample_rows, drawn, logits if debug else None, results)
-
-    def _running(self) -> None:
-        """The step's first pass is queued on the GPU: the caller's while_running, once."""
-        hook, self._while_running = self._while_running, None
-        if hook is not None:
-            hook()
 
     def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]]) -> None:  # fmt: skip
         """The pass's metadata into the pinned host buffer, then one copy to the device; the
