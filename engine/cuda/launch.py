@@ -155,10 +155,11 @@ class Kernel:
     def __call__(self, grid: Any, block: Any, args: tuple[Any, ...], shared_mem: int = 0) -> None:
         import cupy as cp
 
-        stream = cp.cuda.get_current_stream()
         # overlap only in captured graphs: direct launches are bound by the host's ~8 us per
         # launch, where the driver path's extra Python would cost more than the overlap saves
-        if not (pdl_enabled() and stream.is_capturing()):
+        # (and without the attribute no launch asks the stream at all)
+        stream = cp.cuda.get_current_stream() if pdl_enabled() else None
+        if stream is None or not stream.is_capturing():
             self.fn(grid, block, args, shared_mem=shared_mem)
             return
         cfg = _LaunchConfig(_dim3(grid), _dim3(block), shared_mem, stream.ptr, _PDL_ATTR, 1)
