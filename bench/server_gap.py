@@ -19,7 +19,6 @@ import asyncio
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,9 @@ from bench.decode import save  # noqa: E402
 from bench.parallel_scenarios import Engine  # noqa: E402
 from engine.backend import SlotResult, StepPlan, StepResult  # noqa: E402
 from engine.reference_backend import ReferenceBackend  # noqa: E402
+from engine.scheduler import SchedulerConfig  # noqa: E402
+from engine.server import create_app  # noqa: E402
+from engine.server_launch import LaunchOptions, served_model, serving_in_thread  # noqa: E402
 
 
 class SleepingBackend:
@@ -79,26 +81,6 @@ class SleepingBackend:
         return gaps, cpu
 
 
-def serve(backend: SleepingBackend) -> tuple[str, Any]:
-    import uvicorn
-
-    from engine.scheduler import Scheduler, SchedulerConfig
-    from engine.server import ServedModel, create_app
-
-    scheduler = Scheduler(backend, SchedulerConfig(speculation="off"))
-    app = create_app(ServedModel(scheduler, "stub"))
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return f"http://127.0.0.1:{port}", server
-
-
 async def agents(base: str, n: int, tokens: int) -> list[float]:
     """ms per token of each of n concurrent streams, by the server's clock."""
     import httpx
@@ -131,8 +113,9 @@ def main() -> int:
         backend = SleepingBackend(inner, args.step_ms / 1e3)
         backend.overlaps_host_work = not args.no_overlap
         info["overlap"] = backend.overlaps_host_work
-        base, server = serve(backend)
-        try:
+        options = LaunchOptions(path, backend="cpu", scheduler=SchedulerConfig(speculation="off"))
+        app = create_app(served_model(backend, options))
+        with serving_in_thread(app) as base:
             for _ in range(args.repeats):
                 for n in (int(a) for a in args.agents.split(",")):
                     backend.take_gaps()
@@ -155,8 +138,6 @@ def main() -> int:
                         f"{run['engine_cpu_ms_median']:.3f}",
                         flush=True,
                     )
-        finally:
-            server.should_exit = True
     return save(info, args.json)
 
 

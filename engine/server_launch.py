@@ -8,6 +8,10 @@ small models and tests); `llama-server` starts a real llama-server and proxies i
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,3 +129,23 @@ def run(options: LaunchOptions) -> None:
         )
     app, _, _ = build_app(options)
     uvicorn.run(app, host=options.host, port=options.port, log_level="warning")
+
+
+@contextmanager
+def serving_in_thread(app: Starlette, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve `app` on a free port of `host` from a background thread (tests and benchmarks
+    that drive the real server in-process); yields the base URL, stops the server on exit."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise LaunchError("the server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,12 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from engine.reference_backend import ReferenceBackend
 from engine.scheduler import SchedulerConfig
 from engine.server import create_app
-from engine.server_launch import LaunchOptions, served_model
+from engine.server_launch import LaunchOptions, served_model, serving_in_thread
 from engine.synthetic import write_synthetic
 from tests.conftest import REAL_CACHE_DIR
 
@@ -44,32 +41,14 @@ def backend() -> ReferenceBackend:
     return ReferenceBackend.from_gguf(tiny_model_path(), n_slots=4, kv_tokens=2048)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def serving(backend: ReferenceBackend, **config: Any) -> Iterator[str]:
     """Serve `backend` with a fresh scheduler on a free loopback port; yields the base URL."""
     options = LaunchOptions(
         model=tiny_model_path(), backend="cpu", scheduler=SchedulerConfig(**config)
     )
-    app = create_app(served_model(backend, options))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serving_in_thread(create_app(served_model(backend, options))) as base:
+        yield base
 
 
 PROMPTS = [
