@@ -228,15 +228,15 @@ def prefill_prompt(backend: Any, slot: int, prompt: tuple[int, ...], start: int 
 
 def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
     """Tokens per second of a prompt of n_tokens in chunks through CudaBackend.step, timed on
-    the second of two runs (the first captures the chunk layouts' graphs, as llama-bench's
-    warm-up run does its own one-time work)."""
+    the third of three runs (the second captures the chunk layouts' graphs, forward.py
+    CAPTURE_ON_RUN; as llama-bench's warm-up run does its own one-time work)."""
     import time
 
     import cupy as cp
 
     tokens = tuple((i * 7919) % 1000 for i in range(n_tokens))
     seconds = 0.0
-    for _run in range(2):
+    for _run in range(3):
         backend.reset_slot(0)
         cp.cuda.Device().synchronize()
         start = time.perf_counter()

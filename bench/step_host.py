@@ -89,7 +89,8 @@ def decode_steps(
         for s in range(slots):
             last[s] = result.for_slot(s).accepted[-1]
 
-    step()  # untimed: the first step of a layout captures its graph (~67 ms at 4 slots)
+    step()  # untimed: the first two steps of a layout run direct, the second is captured too
+    step()  # (~67 ms at 4 slots: forward.py CAPTURE_ON_RUN)
     totals: dict[str, float] = defaultdict(float)
     undo = [
         timed_methods(backend, ["_upload", "_finish", "_sync_page_table", "_extend"], totals),

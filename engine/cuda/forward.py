@@ -22,6 +22,11 @@ PENALTY_SLOTS = 80  # distinct penalty tokens per sampled row (window 64 + draft
 # CTA (prompt chunks: 4.8 % more prefill throughput at 512 tokens on the H200); decode passes
 # keep a head per CTA, the norm inside (one launch less per layer: 0.07 ms per 1-row step)
 DN_SPLIT_ROWS = 16
+# A layout's graph is captured on its second run, not its first: capturing and instantiating a
+# step costs tens of ms of host time (a 4-slot decode layout's first step took ~67 ms on the
+# H200 host, bench/step_host.py), which one-off layouts (a follow-up's new tokens, a prompt's
+# last chunk) would pay before their first token for nothing. Decode layouts repeat every step.
+CAPTURE_ON_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,7 @@ class Forward:
     def __init__(self, model: CudaModel, ws: Workspace, ops: Ops) -> None:
         self.m, self.ws, self.ops = model, ws, ops
         self._graphs: dict[Layout, Any] = {}
+        self._runs: dict[Layout, int] = {}  # direct runs of each layout not captured yet
         self.att_parts = ops.attention_parts(ws.max_rows)  # context-split scratch
 
     def use_ops(self, ops: Ops) -> None:
@@ -296,7 +302,8 @@ class Forward:
             self.draw(lay.n_sample)
 
     def run(self, lay: Layout, use_graph: bool = True) -> None:
-        """The whole pass; the first run of a layout captures it, later runs replay it."""
+        """The whole pass. A layout's runs before its CAPTURE_ON_RUN-th are direct launches; that
+        run is direct and captured as a graph too, and later runs replay the graph."""
         import cupy as cp
 
         if not use_graph:
@@ -304,16 +311,21 @@ class Forward:
             return
         graph = self._graphs.get(lay)
         stream = cp.cuda.get_current_stream()
-        if graph is None:
-            self.step_launches(lay)  # first run: direct (also loads every kernel)
-            capture = cp.cuda.Stream(non_blocking=True)
-            stream.synchronize()
-            with capture:
-                capture.begin_capture()
-                self.step_launches(lay)
-                self._graphs[lay] = capture.end_capture()
+        if graph is not None:
+            graph.launch(stream)
             return
-        graph.launch(stream)
+        runs = self._runs.get(lay, 0) + 1
+        self.step_launches(lay)  # direct (the first also loads every kernel)
+        if runs < CAPTURE_ON_RUN:
+            self._runs[lay] = runs
+            return
+        self._runs.pop(lay, None)
+        capture = cp.cuda.Stream(non_blocking=True)
+        stream.synchronize()
+        with capture:
+            capture.begin_capture()
+            self.step_launches(lay)
+            self._graphs[lay] = capture.end_capture()
 
     def replay(self, n_seg: int) -> None:
         """Re-run the accepted rows of ws.rseg's segments through every DeltaNet layer from the
