@@ -259,9 +259,6 @@ VARIANTS: list[dict[str, Any]] = [
 # changes the sum order)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
-    {"deep_narrow": False},  # narrow products on the plain single-n-tile kernel (before v16)
-    {"min_blocks1d": 2},  # the deep kernels with more registers
-    {"deep_all": True},  # the wide products on them too (3 CTAs/SM instead of 4)
 ]
 
 
@@ -400,6 +397,23 @@ def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+def matmul_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
+    """Decode steps, a 512-row chunk and prefill under each weight-product tiling of
+    ROW_VARIANTS (build.MatmulConfig), in one run."""
+    from engine.cuda import build
+
+    fwd, out, default = backend.fwd, [], build.MATMUL_CONFIG
+    try:
+        for fields in ROW_VARIANTS:
+            build.MATMUL_CONFIG = build.MatmulConfig(**fields)
+            fwd.use_ops(fwd.ops)  # drop the graphs captured with the other kernels
+            out.append(sweep_point(backend, "matmul", dict(fields), rows))
+    finally:
+        build.MATMUL_CONFIG = default
+        fwd.use_ops(fwd.ops)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,2,4,8,12,16,20")
@@ -415,6 +429,9 @@ def main() -> int:
     )
     parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
     parser.add_argument("--pdl", action="store_true", help="plain against overlapped launches")
+    parser.add_argument(
+        "--matmul-steps", action="store_true", help="whole steps under each row variant"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/decode.py")
@@ -454,6 +471,9 @@ def main() -> int:
         if args.deltanet:  # the sweep alone, then stop
             widths = [int(v) for v in args.deltanet.split(",")]
             info["deltanet"] = deltanet_sweep(backend, widths)
+            return save(info, args.json)
+        if args.matmul_steps:  # the comparison alone, then stop
+            info["matmul_steps"] = matmul_sweep(backend, rows)
             return save(info, args.json)
         if args.pdl:  # the comparison alone, then stop
             info["pdl"] = pdl_sweep(backend, rows)

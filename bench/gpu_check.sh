@@ -6,6 +6,8 @@
 #                                    whole GPU suite (~5 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
+#   matmul                           the weight pass and whole steps under bench/decode.py's
+#                                    ROW_VARIANTS (weight-product tilings and load policies)
 #   pending-bench                    its second call (~7 min): the weight pass under the row
 #                                    variants, the attention variants at 512-23K contexts
 #                                    (CONTEXTS, default 16,16tc) and OpenJet's server
@@ -70,6 +72,10 @@ if [ "$MODE" = pending-bench ]; then
   timeout 100 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant
   timeout 120 python3 bench/decode.py --step --rows 1 --contexts "${CONTEXTS:-16,16tc}" --json "$OUT/contexts.json" 2>&1 | tee "$OUT/contexts.log" | grep attention
   timeout 200 python3 bench/parallel.py --engines openjet --budget 185 --json "$OUT/parallel_openjet.json" 2>&1 | tee "$OUT/parallel.log" | grep "goal\|per agent\|fraction\|first token"
+fi
+if [ "$MODE" = matmul ]; then  # bench/decode.py ROW_VARIANTS: the weight pass, then whole steps
+  timeout 150 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant
+  timeout 240 python3 bench/decode.py --step --matmul-steps --rows "${ROWS:-1,4,8,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = variants ]; then
   timeout 300 python3 bench/decode.py --step --variants --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.log"
