@@ -255,8 +255,10 @@ VARIANTS: list[dict[str, Any]] = [
 ]
 
 
-# the same for decode-sized products: CTAs per SM, m-tiles per warp, and warps splitting K (nw
-# changes the sum order)
+# the same for decode-sized products (`--row-variants`, `--matmul-steps`): CTAs per SM, m-tiles
+# per warp, and warps splitting K (nw changes the sum order). The default alone here; each
+# session lists what it measures (bench/NOTES.md: deep_narrow, min_blocks1d and deep_all in v16,
+# mt 1 at 9-16 rows in v19b)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
 ]
