@@ -161,9 +161,9 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     table[:slots, :need] = np.arange(slots * need, dtype=np.int32).reshape(slots, need)
     ws.page_table.set(table)
     backend.forget_page_table()  # the backend's next step must write its own tables again
+    last = context + max(per_slot) - 1
     below = backend.fwd.ops.dims.att_core_below
-    shallow, deep = context < below, context + max(per_slot) - 1 >= below
-    lay = Layout(T, slots, int(sampled.size), ws.t_save >= T, shallow, deep)
+    lay = Layout.of_rows(T, slots, int(sampled.size), ws.t_save >= T, context, last, below)
 
     def launch() -> None:
         backend.fwd.step_launches(lay)
@@ -360,6 +360,21 @@ def sweep_point(backend: Any, label: str, row: dict[str, Any], rows: list[int]) 
     return row
 
 
+def setting_sweep(backend: Any, label: str, settings: list[dict[str, Any]], apply: Callable[[dict[str, Any] | None], None], rows: list[int]) -> list[dict[str, Any]]:  # fmt: skip
+    """sweep_point under each setting, in one run: apply(setting) before it, apply(None) puts the
+    default back at the end; the graphs captured under the previous setting are dropped."""
+    fwd, out = backend.fwd, []
+    try:
+        for setting in settings:
+            apply(setting)
+            fwd.use_ops(fwd.ops)
+            out.append(sweep_point(backend, label, dict(setting), rows))
+    finally:
+        apply(None)
+        fwd.use_ops(fwd.ops)
+    return out
+
+
 def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
     """Decode steps (1, 4, 8 slots) and a 512-row prompt chunk, and prefill throughput, with
     the DeltaNet recurrence over each number of state columns per CTA (KernelDims.dn_cb) in
@@ -369,17 +384,20 @@ def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
     from engine.cuda import forward
     from engine.cuda.kernels import Ops
 
-    fwd, out = backend.fwd, []
+    fwd = backend.fwd
     ops0, rows0 = fwd.ops, forward.DN_SPLIT_ROWS
-    try:
-        for cb in widths:
-            fwd.use_ops(Ops(replace(ops0.dims, dn_cb=cb or ops0.dims.dn_cb)))
-            forward.DN_SPLIT_ROWS = rows0 if cb else 1 << 30
-            out.append(sweep_point(backend, "deltanet", {"dn_cb": cb}, [1, 4, 8]))
-    finally:
-        fwd.use_ops(ops0)
-        forward.DN_SPLIT_ROWS = rows0
-    return out
+
+    def apply(setting: dict[str, Any] | None) -> None:
+        if setting is None:
+            fwd.use_ops(ops0)
+            forward.DN_SPLIT_ROWS = rows0
+            return
+        cb = setting["dn_cb"]
+        fwd.use_ops(Ops(replace(ops0.dims, dn_cb=cb or ops0.dims.dn_cb)))
+        forward.DN_SPLIT_ROWS = rows0 if cb else 1 << 30
+
+    settings = [{"dn_cb": cb} for cb in widths]
+    return setting_sweep(backend, "deltanet", settings, apply, [1, 4, 8])
 
 
 def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
@@ -387,16 +405,10 @@ def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
     launches and with programmatic dependent launch (engine/cuda/launch.py), in one run."""
     from engine.cuda import launch
 
-    fwd, out = backend.fwd, []
-    try:
-        for on in (False, True):
-            launch.set_pdl(on)
-            fwd.use_ops(fwd.ops)  # drop the graphs captured with the other launches
-            out.append(sweep_point(backend, "pdl", {"pdl": on}, rows))
-    finally:
-        launch.set_pdl(None)
-        fwd.use_ops(fwd.ops)
-    return out
+    def apply(setting: dict[str, Any] | None) -> None:
+        launch.set_pdl(None if setting is None else setting["pdl"])
+
+    return setting_sweep(backend, "pdl", [{"pdl": False}, {"pdl": True}], apply, rows)
 
 
 def matmul_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
@@ -404,16 +416,12 @@ def matmul_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
     ROW_VARIANTS (build.MatmulConfig), in one run."""
     from engine.cuda import build
 
-    fwd, out, default = backend.fwd, [], build.MATMUL_CONFIG
-    try:
-        for fields in ROW_VARIANTS:
-            build.MATMUL_CONFIG = build.MatmulConfig(**fields)
-            fwd.use_ops(fwd.ops)  # drop the graphs captured with the other kernels
-            out.append(sweep_point(backend, "matmul", dict(fields), rows))
-    finally:
-        build.MATMUL_CONFIG = default
-        fwd.use_ops(fwd.ops)
-    return out
+    default = build.MATMUL_CONFIG
+
+    def apply(setting: dict[str, Any] | None) -> None:
+        build.MATMUL_CONFIG = default if setting is None else build.MatmulConfig(**setting)
+
+    return setting_sweep(backend, "matmul", ROW_VARIANTS, apply, rows)
 
 
 def main() -> int:

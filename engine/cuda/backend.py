@@ -249,7 +249,7 @@ class CudaBackend:
             )
         self._upload(tok, pos, rslot, first, seg, sample_rows)
         below = self.fwd.ops.dims.att_core_below
-        lay = Layout(T, len(group), len(sample_rows), saved, min(pos) < below, max(pos) >= below)
+        lay = Layout.of_rows(T, len(group), len(sample_rows), saved, min(pos), max(pos), below)
         debug = any(s.return_logits for s, _, _ in group)
         if debug:
             self.fwd.trunk(lay)

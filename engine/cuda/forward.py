@@ -40,6 +40,12 @@ class Layout:
     shallow: bool = True  # some row below KernelDims.att_core_below (Ops.attention)
     deep: bool = True  # some row at or past it
 
+    @classmethod
+    def of_rows(cls, n_rows: int, n_seg: int, n_sample: int, saved: bool, first_pos: int, last_pos: int, core_below: int) -> Layout:  # fmt: skip
+        """The layout of a pass whose rows sit at positions first_pos..last_pos."""
+        shallow, deep = first_pos < core_below, last_pos >= core_below
+        return cls(n_rows, n_seg, n_sample, saved, shallow, deep)
+
 
 class MetaViews:
     """Named views of a step's metadata buffer (set by Workspace): the device buffer's are the

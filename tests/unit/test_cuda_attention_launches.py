@@ -1,5 +1,6 @@
-"""Which attention kernels a pass launches (engine.cuda.kernels.attention_launches): every row
-position is taken by exactly one launched kernel, whatever the pass holds. CPU only."""
+"""Which attention kernels a pass launches (engine.cuda.kernels.attention_launches, given the
+pass's Layout.of_rows): every row position is taken by exactly one launched kernel, whatever the
+pass holds. CPU only."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 
 import pytest
 
+from engine.cuda.forward import Layout
 from engine.cuda.kernels import ATT_POS_END, attention_launches
 
 POSITIONS = (0, 1, 2047, 2048, 2049, 23000, ATT_POS_END - 1)
@@ -21,8 +23,8 @@ def _takers(launches: list[tuple[str, int, int]], pos: int) -> list[str]:
 def test_every_row_of_a_pass_has_one_kernel(kernel: str, core_below: int) -> None:
     for n in range(1, 4):
         for rows in itertools.combinations(POSITIONS, n):
-            shallow, deep = min(rows) < core_below, max(rows) >= core_below
-            launches = attention_launches(kernel, core_below, shallow, deep)
+            lay = Layout.of_rows(n, 1, 1, True, min(rows), max(rows), core_below)
+            launches = attention_launches(kernel, core_below, lay.shallow, lay.deep)
             for pos in rows:
                 assert len(_takers(launches, pos)) == 1, (rows, launches)
 
