@@ -253,7 +253,7 @@ class CudaBackend:
         debug = any(s.return_logits for s, _, _ in group)
         if debug:
             self.fwd.trunk(lay)
-            self.fwd.head(lay.n_sample)
+            self.fwd.head(lay.n_rows, lay.n_sample)
             logits = ws.logits[: lay.n_sample].get()
             self.fwd.draw(lay.n_sample)
         else:

@@ -187,6 +187,8 @@ class MatmulConfig:
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
         deep = nt == 1 and (self.deep_all or narrow)
         suffix = "d" if deep else ""
+        if packed and n_rows <= 4:  # packed rows in groups of 1 or 4 (kernels.packed_group)
+            h = "h1" if n_rows <= 1 else "h4"
         return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
 
 

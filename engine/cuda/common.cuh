@@ -69,6 +69,19 @@ OJ_DEV u32 pack_h2(float lo, float hi) {
 // Four consecutive activations as the products' B fragment: f16 pairs (x0, x2), (x1, x3).
 // Producers of packed f16 activations (for the `mmh_*` products) store exactly these bits.
 OJ_DEV uint2 pack_b(float4 x) { return make_uint2(pack_h2(x.x, x.z), pack_h2(x.y, x.w)); }
+// Where the products' packed activations keep the quad of row r that starts at element e (e % 4
+// == 0; elements e..e+3 as `pack_b` orders them), in halves from the buffer's start: rows go in
+// groups of 2^lg, and a group stores quad by quad its rows' 8 bytes side by side (ld: halves
+// per row, % 4 == 0; a buffer of R rows spans ceil(R / 2^lg) groups). lg depends on the pass's
+// row count alone (kernels.packed_group: a single row alone, 2-4 rows in a group of 4, more in
+// groups of 8), so producers and products agree. An mma chunk's B fragments for the 8 rows of
+// an n-tile are then 4 spans of 64 bytes (one per quad of lanes) instead of one 32-byte sector
+// per lane: with rows one after another, L1TEX was 91 % busy serving the activation loads of
+// the 8-row products; a single row keeps its quads together, as a group of 8 would spread them
+// over 8 times the cache lines (bench/NOTES.md v19). With lg 0 this is r * ld + e.
+OJ_DEV size_t packed_at(int r, int e, int ld, int lg) {
+    return ((size_t)(r >> lg) * ld << lg) + ((size_t)e << lg) + (size_t)(r & ((1 << lg) - 1)) * 4;
+}
 OJ_DEV u32 hsub2(u32 a, u32 b) {
     u32 d;
     asm("{ sub.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));

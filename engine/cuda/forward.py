@@ -81,7 +81,7 @@ class Workspace(MetaViews):
         self.a = cp.zeros((max_rows, d.n_embd), f32)  # normed input of a product
         # the row kernels' packed f16 copies of the products' main inputs (a, h, hs), written
         # by their producers beside the f32 ones (kernels.pack_activations)
-        self.ah = cp.zeros((max_rows, d.n_embd), cp.float16)
+        self.ah = cp.zeros((kernels.packed_rows(max_rows), d.n_embd), cp.float16)
         self.proj_save = cp.zeros((max(n_dn, 1), self.t_save, P), f32)  # per-layer DN projections
         self.u_save = cp.zeros((max(n_dn, 1), self.t_save, C), f32)  # per-layer conv outputs
         self.proj_big = cp.zeros((max_rows, P), f32)  # (long passes: no replay)
@@ -92,9 +92,9 @@ class Workspace(MetaViews):
         self.ya = cp.zeros((max_rows, d.n_head * d.head_dim), f32)  # gated attention out
         self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
         self.h = cp.zeros((max_rows, d.n_ff), f32)
-        self.hh = cp.zeros((max_rows, d.n_ff), cp.float16)
+        self.hh = cp.zeros((kernels.packed_rows(max_rows), d.n_ff), cp.float16)
         self.hs = cp.zeros((max_sample, d.n_embd), f32)  # sampled rows' normed hidden
-        self.hsh = cp.zeros((max_sample, d.n_embd), cp.float16)
+        self.hsh = cp.zeros((kernels.packed_rows(max_sample), d.n_embd), cp.float16)
         if model.mtp is not None:  # the MTP head's input (engine/cuda/mtp.py)
             self.mtp_pending = cp.zeros((n_slots, d.n_embd), f32)  # last trunk hidden per slot
             self.mtp_hidden = cp.zeros((max_rows, d.n_embd), f32)  # a pass's hidden inputs
@@ -186,7 +186,7 @@ class Forward:
         """Embedding, every layer, final norm (into ws.a) for the first n_rows rows."""
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         T, S = lay.n_rows, lay.n_seg
-        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[:T]
+        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[: kernels.packed_rows(T)]
         kernels.embed(m.token_embd, ws.row_tok[:T], x)
         for layer in m.layers:
             ops.rmsnorm(x, layer.attn_norm, a, d.rms_eps, yh=ah)
@@ -200,12 +200,13 @@ class Forward:
     def _ffn(self, layer: Any, T: int) -> None:
         """x += FFN(post_norm(x)) over the first T rows."""
         ws, ops, d = self.ws, self.ops, self.m.dims
-        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[:T]
+        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[: kernels.packed_rows(T)]
         ops.rmsnorm(x, layer.post_norm, a, d.rms_eps, yh=ah)
         for p in layer.ffn_in:
             kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows], xh=ah)
-        ops.swiglu(ws.gu[:T], ws.h[:T], ws.hh[:T])
-        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=ws.hh[:T])
+        hh = ws.hh[: kernels.packed_rows(T)]
+        ops.swiglu(ws.gu[:T], ws.h[:T], hh)
+        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=hh)
 
     def mtp_block(self, T: int, M: int) -> None:
         """The MTP head over T rows (tokens, positions and slots in ws.row_*, hidden inputs in
@@ -215,27 +216,28 @@ class Forward:
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         head = m.mtp
         assert head is not None, "the model has no MTP head"
-        E, x, cat = d.n_embd, ws.x[:T], ws.mtp_cat[:T]
+        E, x, cat, ah = d.n_embd, ws.x[:T], ws.mtp_cat[:T], ws.ah[: kernels.packed_rows(T)]
         kernels.embed(head.embed, ws.row_tok[:T], x)
         ops.rmsnorm(x, head.enorm, cat[:, :E], d.rms_eps)
         ops.rmsnorm(ws.mtp_hidden[:T], head.hnorm, cat[:, E:], d.rms_eps)
         kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
-        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
+        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ah)
         self._attention(head.block, T, True, True)
         self._ffn(head.block, T)
-        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ws.ah[:T])
+        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ah)
         if M:
-            self._gather_sampled(M)
-            kernels.matmul(head.head, ws.hs[:M], ws.logits[:M], xh=ws.hsh[:M])
+            self._gather_sampled(T, M)
+            kernels.matmul(head.head, ws.hs[:M], ws.logits[:M], xh=ws.hsh)
 
     def _deltanet(self, layer: Any, T: int, S: int, saved: bool) -> None:
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         i, C, hv = layer.dn_index, d.conv_channels, d.ssm_n_v_heads
         proj = ws.proj_save[i, :T] if saved else ws.proj_big[:T]
         u = ws.u_save[i, :T] if saved else ws.u_big[:T]
+        ah = ws.ah[: kernels.packed_rows(T)]
         for p in layer.mixer_in:
             out = proj[:, p.offset : p.offset + p.weight.rows]
-            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah[:T])
+            kernels.matmul(p.weight, ws.a[:T], out, xh=ah)
         ops.dn_conv(proj, layer.conv_w, ws.conv[i], u, ws.row_slot, ws.row_first)
         zo = C + hv * d.ssm_d_state
         z, beta, alpha = proj[:, C:], proj[:, zo:], proj[:, zo + hv :]
@@ -260,9 +262,10 @@ class Forward:
     def _attention(self, layer: Any, T: int, shallow: bool, deep: bool) -> None:
         ws, ops, d = self.ws, self.ops, self.m.dims
         pa = ws.pa[:T]
+        ah = ws.ah[: kernels.packed_rows(T)]
         for p in layer.mixer_in:
             out = pa[:, p.offset : p.offset + p.weight.rows]
-            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah[:T])
+            kernels.matmul(p.weight, ws.a[:T], out, xh=ah)
         qw = 2 * d.n_head * d.head_dim
         kf, vf = pa[:, qw:], pa[:, qw + d.n_head_kv * d.head_dim :]
         pool = ws.pool(layer.att_index)
@@ -274,20 +277,18 @@ class Forward:
         ops.attention(ws.qn[:T], pa, pool, *meta, scale, ya, self.att_parts, shallow, deep)
         kernels.matmul(layer.mixer_out, ws.ya[:T], ws.x[:T], accumulate=True)
 
-    def head(self, M: int) -> None:
-        """LM head over the M gathered rows (ws.sample_idx) into ws.logits."""
+    def head(self, T: int, M: int) -> None:
+        """LM head over the M gathered rows (ws.sample_idx) of a pass of T rows into ws.logits."""
         ws = self.ws
-        self._gather_sampled(M)
-        kernels.matmul(self.m.output, ws.hs[:M], ws.logits[:M], xh=ws.hsh[:M])
+        self._gather_sampled(T, M)
+        kernels.matmul(self.m.output, ws.hs[:M], ws.logits[:M], xh=ws.hsh)
 
-    def _gather_sampled(self, M: int) -> None:
-        """The M sampled rows (ws.sample_idx) of ws.a into ws.hs, and of ws.ah into ws.hsh."""
-        import cupy as cp
-
+    def _gather_sampled(self, T: int, M: int) -> None:
+        """The M sampled rows (ws.sample_idx) of ws.a into ws.hs, and of ws.ah (as a pass of T
+        rows wrote it) into ws.hsh."""
         ws, idx = self.ws, self.ws.sample_idx[:M]
         self.ops.gather(ws.a, idx, ws.hs[:M])
-        # the packed rows move as 4-byte words (pairs of halves)
-        self.ops.gather(ws.ah.view(cp.float32), idx, ws.hsh[:M].view(cp.float32))
+        self.ops.gather_packed(ws.ah, T, idx, ws.hsh)
 
     def draw(self, M: int) -> None:
         ws = self.ws
@@ -304,7 +305,7 @@ class Forward:
     def step_launches(self, lay: Layout) -> None:
         self.trunk(lay)
         if lay.n_sample:
-            self.head(lay.n_sample)
+            self.head(lay.n_rows, lay.n_sample)
             self.draw(lay.n_sample)
 
     def run(self, lay: Layout, use_graph: bool = True) -> None:

@@ -34,18 +34,43 @@ def _check(cond: bool, msg: str) -> None:
         raise LaunchError(msg)
 
 
+def packed_group(n_rows: int) -> int:
+    """log2 of the rows per group of a pass's packed activations (common.cuh `packed_at`): a
+    single row alone, 2-4 rows in a group of 4, more in groups of 8 (an n-tile of the
+    products). The product kernels are compiled for these three (matmul.cu mmh1_, mmh4_, mmh_)."""
+    return 0 if n_rows <= 1 else 2 if n_rows <= 4 else 3
+
+
+def packed_rows(n_rows: int) -> int:
+    """Rows a buffer of packed activations needs for a pass of n_rows rows (whole groups)."""
+    g = 1 << packed_group(n_rows)
+    return -(-n_rows // g) * g
+
+
 def pack_activations(x: Any) -> Any:
-    """x (f32 [R][K], K % 4 == 0) as the products' packed f16 activations: each group of four
-    stored x0 x2 x1 x3 (common.cuh `pack_b`; what rmsnorm and swiglu write beside their f32
-    output). For tests and benchmarks: the forward pass gets them from the producers."""
+    """x (f32 [R][K], K % 4 == 0) as the products' packed f16 activations, what rmsnorm and
+    swiglu write beside their f32 output: each group of four stored x0 x2 x1 x3 (common.cuh
+    `pack_b`), and rows in groups of 2^packed_group(R) that store quad by quad their rows'
+    quads side by side (`packed_at`): f16 [packed_rows(R)][K], the rows past R zero. For tests
+    and benchmarks: the forward pass gets them from the producers."""
     import cupy as cp
 
     R, K = x.shape
-    return (
-        cp.ascontiguousarray(x.reshape(R, K // 4, 4)[:, :, [0, 2, 1, 3]])
-        .astype(cp.float16)
-        .reshape(R, K)
-    )
+    g = 1 << packed_group(R)
+    rows = cp.zeros((packed_rows(R), K), cp.float32)
+    rows[:R] = x
+    quads = rows.reshape(-1, g, K // 4, 4)[:, :, :, [0, 2, 1, 3]]
+    return cp.ascontiguousarray(quads.transpose(0, 2, 1, 3)).astype(cp.float16).reshape(-1, K)
+
+
+def unpack_activations(xh: Any, n_rows: int) -> Any:
+    """The first packed_rows(n_rows) rows of packed activations written for a pass of n_rows
+    rows (`pack_activations`), back in natural order (f16); for tests."""
+    import cupy as cp
+
+    g, rows, K = 1 << packed_group(n_rows), packed_rows(n_rows), xh.shape[1]
+    quads = xh[:rows].reshape(rows // g, K // 4, g, 4)[:, :, :, [0, 2, 1, 3]]
+    return cp.ascontiguousarray(quads.transpose(0, 2, 1, 3)).reshape(rows, K)
 
 
 def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = None) -> None:
@@ -103,12 +128,13 @@ def _sm_count() -> int:
 
 def _packed(arr: Any, rows: int, cols: int, what: str) -> tuple[Any, Any]:
     """(pointer, row stride in halves) of an optional buffer of packed f16 activations
-    (`pack_activations`) of at least rows x cols, checked; (null, 0) for None."""
+    (`pack_activations`) for rows x cols, checked; (null, 0) for None."""
     if arr is None:
         return np.uint64(0), _i32(0)
+    need = packed_rows(rows)
     _check(
-        arr.dtype == np.float16 and arr.shape[0] >= rows and arr.shape[1] >= cols,
-        f"{what}: packed activations {arr.dtype} {arr.shape}, need f16 [{rows}][{cols}]",
+        arr.dtype == np.float16 and arr.shape[0] >= need and arr.shape[1] >= cols,
+        f"{what}: packed activations {arr.dtype} {arr.shape}, need f16 [{need}][{cols}]",
     )
     _check(
         arr.strides[1] == 2 and arr.strides[0] % 8 == 0,
@@ -143,7 +169,8 @@ class Ops:
         packed for the products (f16 [T][ld'], see `pack_activations`)."""
         n = w.shape[0] if n is None else n
         packed = _packed(yh, y.shape[0], n, "rmsnorm")
-        rows = (x, _i32(x.strides[0] // 4), w, y, _i32(y.strides[0] // 4), *packed)
+        lg = _i32(packed_group(y.shape[0]))
+        rows = (x, _i32(x.strides[0] // 4), w, y, _i32(y.strides[0] // 4), *packed, lg)
         # one CTA per row: at decode a norm is one row, and 1,024 threads issue its 1,280 float4
         # loads (5,120 features) in one round instead of five
         threads = RMSNORM_THREADS
@@ -158,12 +185,30 @@ class Ops:
         hp = _packed(hh, T, F, "swiglu")
         _check(hh is None or hp[1] == F, "swiglu: hh must be contiguous")
         self._fn("swiglu_rows")(
-            (min(4096, (T * F // 4 + 255) // 256),), (256,), (gu, h, hp[0], _i32(F), _i32(T))
+            (min(4096, (T * F // 4 + 255) // 256),),
+            (256,),
+            (gu, h, hp[0], _i32(packed_group(T)), _i32(F), _i32(T)),
         )
 
     def gather(self, src: Any, idx: Any, dst: Any) -> None:
         """dst[i] = src[idx[i]].  src: f32 [.][n], idx: i32 [M], dst: f32 [M][n]."""
         self._fn("gather_rows")((idx.shape[0],), (256,), (src, idx, dst, _i32(src.shape[1])))
+
+    def gather_packed(self, src: Any, n_src: int, idx: Any, dst: Any) -> None:
+        """Row i of dst = row idx[i] of src, both packed activations (`pack_activations`): src
+        as written for a pass of n_src rows (f16 [packed_rows(n_src)][K], contiguous rows),
+        idx: i32 [M], dst: f16 [packed_rows(M)][K] (contiguous rows)."""
+        M, K = idx.shape[0], src.shape[1]
+        _check(
+            src.strides == (2 * K, 2) and dst.strides == (2 * K, 2) and dst.shape[1] == K,
+            "gather_packed: src and dst must be contiguous rows of the same width",
+        )
+        _check(
+            src.shape[0] >= packed_rows(n_src) and dst.shape[0] >= packed_rows(M) and K % 4 == 0,
+            "gather_packed: bad shapes",
+        )
+        lgs = (_i32(packed_group(n_src)), idx, dst, _i32(packed_group(M)))
+        self._fn("gather_packed")((M,), (256,), (src, *lgs, _i32(K)))
 
     def dn_conv(
         self, mix: Any, conv_w: Any, conv_st: Any, u: Any, row_slot: Any, row_first: Any

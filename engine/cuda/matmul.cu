@@ -43,22 +43,23 @@
 // The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
 // (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
 // which is half of why wmat_gemm's results are wmat_rows's bit for bit.
-// X: f32 rows (ldx in floats), or with XH the same rows as their producer already rounded them
-// (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; ldx in halves), so the
-// fragment is one 8-byte load: no conversions, half the bytes, half the registers for the
-// unrolled loads (bench/NOTES.md v15: products of 4-8 rows 5 % faster).
-template <bool XH>
+// X: f32 rows (XL < 0; ldx in floats), or the same rows as their producer already rounded them
+// (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; rows interleaved in groups
+// of 2^XL as `packed_at` says, XL a constant so the chunks' offsets are too; ldx in halves), so the fragment is one 8-byte load: no
+// conversions, half the bytes, half the registers for the unrolled loads (bench/NOTES.md v15:
+// products of 4-8 rows 5 % faster; v19: the interleaving, 8-row products 23 % faster).
+template <int XL>
 OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows) {
     uint2 b = make_uint2(0u, 0u);
     if (r < nrows) {
-        if (XH) b = *(const uint2*)((const u16*)X + (size_t)r * ldx + e);
+        if (XL >= 0) b = *(const uint2*)((const u16*)X + packed_at(r, e, ldx, XL));
         else b = pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + e));
     }
     return b;
 }
 
 // The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
-template <class Frag, int MT, int NT, bool XH>
+template <class Frag, int MT, int NT, int XL>
 OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
                            const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
@@ -67,7 +68,7 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
         u32 b[NT][2];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const uint2 v = b_pair<XH>(X, ldx, 8 * n + gid, e, nrows);
+            const uint2 v = b_pair<XL>(X, ldx, 8 * n + gid, e, nrows);
             b[n][0] = v.x;
             b[n][1] = v.y;
         }
@@ -111,7 +112,7 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
     }
 }
 
-template <class Frag, int MT, int NT, bool XH, int DEPTH>
+template <class Frag, int MT, int NT, int XL, int DEPTH>
 OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
     __shared__ float red[MM_NW][MT * NT * 4][32];  // the cross-warp sum
@@ -119,7 +120,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
     const int row0 = blockIdx.y * 16 * MT;
     const int rbase = blockIdx.x * 8 * NT;
     const int nrows = min(8 * NT, R - rbase);
-    X = (const char*)X + (size_t)rbase * ldx * (XH ? 2 : 4);
+    X = (const char*)X + (size_t)rbase * ldx * (XL >= 0 ? 2 : 4);
     Y += (size_t)rbase * ldy;
 
     float acc[MT][NT][4];
@@ -164,7 +165,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
-        mma_superblock<Frag, MT, NT, XH>(ring[0], acc, X, ldx, sb, nrows, gid, t);
+        mma_superblock<Frag, MT, NT, XL>(ring[0], acc, X, ldx, sb, nrows, gid, t);
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d)
 #pragma unroll
@@ -214,12 +215,12 @@ extern "C" __global__ void __launch_bounds__(128)
     }
 }
 
-#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB, XH, DEPTH)                                         \
+#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB, XL, DEPTH)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_rows<FRAG, MT, NT, XH, DEPTH>(W, X, ldx, Y, ldy, R, accumulate);                     \
+        wmat_rows<FRAG, MT, NT, XL, DEPTH>(W, X, ldx, Y, ldy, R, accumulate);                     \
     }
 
 // Tilings chosen by bench/decode.py's sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
@@ -227,20 +228,26 @@ extern "C" __global__ void __launch_bounds__(128)
 // two tiles per warp (B fragments shared) above that.
 // The accumulation order of an output element is the same in every instantiation (same K
 // split, same chunk order, one mma per chunk), so results do not depend on the row count.
-// mm_<type>_<NT> take f32 activations, mmh_<type>_<NT> packed f16 ones (b_pair).
+// mm_<type>_<NT> take f32 activations, mmh_<type>_<NT> packed f16 ones in groups of 8 rows
+// (b_pair), mmh1_ / mmh4_<type>_1 packed ones of 1-row / 2-4-row passes (groups of 1 and 4:
+// kernels.packed_group).
 // <...>_1d: the single-n-tile kernel with DEPTH 2 and MM_MINB1D CTAs per SM (more registers)
 // for narrow products, whose grid (e.g. 320 CTAs for 5,120 features) fills less than one wave
 // at 4 CTAs per SM anyway: 2 % off the weight pass at 1-4 rows (bench/NOTES.md v16). Same
 // order, same bits.
-#define OJ_MM_NT(PREFIX, FRAG, XH)                                 \
-    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XH, 1)     \
-    OJ_MM_KERNEL(PREFIX##_1d, FRAG, MM_MT1, 1, MM_MINB1D, XH, 2)   \
-    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XH, 1)       \
-    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XH, 1)       \
-    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XH, 1)
-#define OJ_MM_ALL_NT(TYPE, FRAG)     \
-    OJ_MM_NT(mm_##TYPE, FRAG, false) \
-    OJ_MM_NT(mmh_##TYPE, FRAG, true)
+#define OJ_MM_ONE(PREFIX, FRAG, XL)                                \
+    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XL, 1)     \
+    OJ_MM_KERNEL(PREFIX##_1d, FRAG, MM_MT1, 1, MM_MINB1D, XL, 2)
+#define OJ_MM_NT(PREFIX, FRAG, XL)                                 \
+    OJ_MM_ONE(PREFIX, FRAG, XL)                                    \
+    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XL, 1)       \
+    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XL, 1)       \
+    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XL, 1)
+#define OJ_MM_ALL_NT(TYPE, FRAG)      \
+    OJ_MM_NT(mm_##TYPE, FRAG, -1)     \
+    OJ_MM_NT(mmh_##TYPE, FRAG, 3)     \
+    OJ_MM_ONE(mmh1_##TYPE, FRAG, 0)   \
+    OJ_MM_ONE(mmh4_##TYPE, FRAG, 2)
 
 OJ_MM_ALL_NT(q4_k, FragQ4K)
 OJ_MM_ALL_NT(q5_k, FragQ5K)
@@ -275,7 +282,7 @@ OJ_DEV void tiles_add(GemmTiles& total, const GemmTiles& a) {
             for (int q = 0; q < 4; ++q) total[i][j][q] += a[i][j][q];
 }
 
-template <class Frag, int GM, bool XH>
+template <class Frag, int GM, int XL>
 OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
                       int ldy, int R, int accumulate) {
     __shared__ uint4 As[GM][8][32];  // [m-tile][chunk of the half][lane]: a0 a1 a2 a3
@@ -285,7 +292,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     const int row0 = blockIdx.y * 16 * GM;
     const int rbase = blockIdx.x * 64;
     const int nrows = min(64, R - rbase);
-    X = (const char*)X + (size_t)rbase * ldx * (XH ? 2 : 4);
+    X = (const char*)X + (size_t)rbase * ldx * (XL >= 0 ? 2 : 4);
     Y += (size_t)rbase * ldy;
 
     GemmTiles total, acc;
@@ -325,7 +332,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
                     const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
                     for (int cc = 0; cc < 8; ++cc)
-                        Bs[n][cc][lane] = b_pair<XH>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
+                        Bs[n][cc][lane] = b_pair<XL>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
                 }
                 __syncthreads();
 #pragma unroll
@@ -368,18 +375,18 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
 // mmg_*: 64 weight rows per CTA (4 warps, 2 CTAs/SM); mmg8_*: 128 (8 warps, X read half as
 // often, 48 KiB of shared memory). mmgh_* / mmg8h_*: the same on packed f16 activations (every
 // CTA reads its 64 activation rows whole: from L2, 2 instead of 4 bytes per element).
-#define OJ_MMG_KERNEL(NAME, FRAG, GM, MINB, XH)                                                   \
+#define OJ_MMG_KERNEL(NAME, FRAG, GM, MINB, XL)                                                   \
     extern "C" __global__ void __launch_bounds__(32 * GM, MINB)                                   \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_gemm<FRAG, GM, XH>(W, X, ldx, Y, ldy, R, accumulate);                                \
+        wmat_gemm<FRAG, GM, XL>(W, X, ldx, Y, ldy, R, accumulate);                                \
     }
-#define OJ_MMG_BOTH(NAME, FRAG)                   \
-    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 2, false)  \
-    OJ_MMG_KERNEL(mmg8_##NAME, FRAG, 8, 1, false) \
-    OJ_MMG_KERNEL(mmgh_##NAME, FRAG, 4, 2, true)  \
-    OJ_MMG_KERNEL(mmg8h_##NAME, FRAG, 8, 1, true)
+#define OJ_MMG_BOTH(NAME, FRAG)                 \
+    OJ_MMG_KERNEL(mmg_##NAME, FRAG, 4, 2, -1)   \
+    OJ_MMG_KERNEL(mmg8_##NAME, FRAG, 8, 1, -1)  \
+    OJ_MMG_KERNEL(mmgh_##NAME, FRAG, 4, 2, 3)   \
+    OJ_MMG_KERNEL(mmg8h_##NAME, FRAG, 8, 1, 3)
 
 OJ_MMG_BOTH(q4_k, FragQ4K)
 OJ_MMG_BOTH(q5_k, FragQ5K)

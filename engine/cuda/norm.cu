@@ -3,11 +3,12 @@
 #include "common.cuh"
 
 // y[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]; one CTA per row. n % 4 == 0, 16-byte aligned rows.
-// yh (may be null): the same values packed for the products (`pack_b`: f16, x0 x2 x1 x3).
+// yh (may be null): the same values packed for the products (`pack_b`: f16, x0 x2 x1 x3), row
+// `row` of a buffer of ldyh halves per row laid out as `packed_at` says (groups of 2^lg).
 // float4 loads, unrolled, so the row's loads are in flight together (a single row is
 // latency-bound otherwise: ~8 us per norm instead of ~3).
-OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, uint2* yh, int n, float eps,
-                        float* scratch) {
+OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, u16* yh, int ldyh, int lg,
+                        int row, int n, float eps, float* scratch) {
     const float4* x4 = (const float4*)x;
     const float4* w4 = (const float4*)w;
     float4* y4 = (float4*)y;
@@ -24,25 +25,25 @@ OJ_DEV void rmsnorm_row(const float* x, const float* w, float* y, uint2* yh, int
         const float4 v = x4[i], g = w4[i];
         const float4 r = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
         y4[i] = r;
-        if (yh) yh[i] = pack_b(r);
+        if (yh) *(uint2*)(yh + packed_at(row, 4 * i, ldyh, lg)) = pack_b(r);
     }
 }
 
 // ldyh: row stride of yh in halves (yh null: no packed copy). Launched with up to 1,024 threads
 // (kernels.RMSNORM_THREADS): the bound keeps its registers within that.
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm_rows(const float* x, int ldx, const float* w, float* y, int ldy,
-                                        u16* yh, int ldyh, int n, float eps) {
+                                        u16* yh, int ldyh, int lg, int n, float eps) {
     oj_grid_dep_early();
     __shared__ float scratch[32];
-    uint2* yh_row = yh ? (uint2*)(yh + (size_t)blockIdx.x * ldyh) : nullptr;
-    rmsnorm_row(x + (size_t)blockIdx.x * ldx, w, y + (size_t)blockIdx.x * ldy, yh_row, n, eps,
-                scratch);
+    rmsnorm_row(x + (size_t)blockIdx.x * ldx, w, y + (size_t)blockIdx.x * ldy, yh, ldyh, lg,
+                blockIdx.x, n, eps, scratch);
 }
 
 // h[t][i] = silu(gu[t][i]) * gu[t][F + i]   (gate in the first F columns, up in the next F)
 //   gu: f32 [T][2F], h: f32 [T][F], hh (may be null): h packed for the products (`pack_b`,
-//   f16 [T][F]); F % 4 == 0, four elements per thread
-extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int F, int T) {
+//   f16, F halves per row, rows in groups of 2^lg as `packed_at` says); F % 4 == 0, four
+//   elements per thread
+extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int lg, int F, int T) {
     oj_grid_dep_early();
     const int F4 = F >> 2;
     const size_t n = (size_t)T * F4;
@@ -54,7 +55,7 @@ extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int F
         const float4 r = make_float4(silu_f(g.x) * u.x, silu_f(g.y) * u.y, silu_f(g.z) * u.z,
                                      silu_f(g.w) * u.w);
         ((float4*)h)[idx] = r;
-        if (hh) ((uint2*)hh)[idx] = pack_b(r);
+        if (hh) *(uint2*)(hh + packed_at((int)t, 4 * (int)i, F, lg)) = pack_b(r);
     }
 }
 
@@ -64,6 +65,17 @@ extern "C" __global__ void gather_rows(const float* src, const int* idx, float* 
     const float* s = src + (size_t)idx[blockIdx.x] * n;
     float* d = dst + (size_t)blockIdx.x * n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+// dst row i = src row idx[i], both packed activations (`packed_at`) of ld halves per row, in
+// groups of 2^src_lg and 2^dst_lg rows
+extern "C" __global__ void gather_packed(const u16* src, int src_lg, const int* idx, u16* dst,
+                                         int dst_lg, int ld) {
+    oj_grid_dep_early();
+    const int r = idx[blockIdx.x];
+    for (int q = threadIdx.x; q < (ld >> 2); q += blockDim.x)
+        *(uint2*)(dst + packed_at(blockIdx.x, 4 * q, ld, dst_lg)) =
+            *(const uint2*)(src + packed_at(r, 4 * q, ld, src_lg));
 }
 
 // y = x + a  (residual add; used where a product could not accumulate in place)

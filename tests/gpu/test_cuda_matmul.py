@@ -89,7 +89,7 @@ def test_tiled_products_equal_the_row_kernel(ggml_type: int, n_rows: int, tile: 
 
 
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16, weights.F32])
-@pytest.mark.parametrize("n_rows", [1, 4, 9, 20, 32, 130])
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 7, 9, 20, 32, 130])
 def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) -> None:
     """The kernels reading packed f16 activations (mmh_*, and from 128 rows mmgh_* / mmg8h_*)
     give the f32-input kernels' results bit for bit, accumulate on and off; the exact f32
@@ -100,7 +100,11 @@ def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) 
     w, _ = _weight(ggml_type, 72, 256 * 5, int(rng.integers(1 << 30)))
     x = cp.asarray(rng.standard_normal((n_rows, 256 * 5)).astype(np.float32))
     reads_packed = ggml_type != weights.F32
-    xh = kernels.pack_activations(x) if reads_packed else cp.full(x.shape, np.nan, cp.float16)
+    xh = (
+        kernels.pack_activations(x)
+        if reads_packed
+        else cp.full((kernels.packed_rows(n_rows), x.shape[1]), np.nan, cp.float16)
+    )
     base = cp.asarray(rng.standard_normal((n_rows, 72)).astype(np.float32))
     saved = build.MATMUL_CONFIG
     try:
@@ -122,7 +126,7 @@ def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) 
 
 
 @pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16])
-@pytest.mark.parametrize("n_rows", [1, 5, 8])
+@pytest.mark.parametrize("n_rows", [1, 3, 5, 8])
 def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows: int) -> None:
     """The `_1d` kernels (two super-blocks in flight per warp, chosen for narrow products) give
     the plain single-n-tile kernels' results bit for bit, f32 and packed activations, with an
@@ -152,14 +156,27 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
         assert cp.array_equal(y, out[0])
 
 
-def test_pack_activations_layout() -> None:
-    """Each group of four stored x0 x2 x1 x3, rounded to nearest f16."""
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 9])
+def test_pack_activations_layout(n_rows: int) -> None:
+    """Each group of four stored x0 x2 x1 x3, rounded to nearest f16; rows in groups of g = 1,
+    2, 4 or 8 by the row count that store quad by quad their rows' quads side by side
+    (common.cuh packed_at); unpack inverts."""
     import cupy as cp
 
-    x = cp.arange(8, dtype=cp.float32).reshape(1, 8) + 0.1
+    x = cp.arange(n_rows * 8, dtype=cp.float32).reshape(n_rows, 8) + 0.1
+    g = {1: 1, 2: 2, 3: 4, 4: 4, 9: 8}[n_rows]
+    assert 1 << kernels.packed_group(n_rows) == g
     packed = cp.asnumpy(kernels.pack_activations(x))
-    want = np.array([[0.1, 2.1, 1.1, 3.1, 4.1, 6.1, 5.1, 7.1]], dtype=np.float16)
-    assert packed.tolist() == want.tolist()
+    assert packed.shape == (-(-n_rows // g) * g, 8) == (kernels.packed_rows(n_rows), 8)
+    flat = packed.reshape(-1)
+    for r in range(n_rows):
+        for q in range(2):
+            at = (r // g) * g * 8 + (q * g + r % g) * 4
+            want = [x[r, 4 * q + i].item() for i in (0, 2, 1, 3)]
+            assert flat[at : at + 4].tolist() == np.array(want, np.float16).tolist()
+    back = kernels.unpack_activations(kernels.pack_activations(x), n_rows)
+    assert cp.array_equal(back[:n_rows], x.astype(cp.float16))
+    assert not bool(back[n_rows:].any())  # the rows past the last, zero
 
 
 def test_matmul_rejects_misshapen_packed_activations() -> None:
@@ -171,6 +188,8 @@ def test_matmul_rejects_misshapen_packed_activations() -> None:
         kernels.matmul(w, x, y, xh=cp.zeros((2, 256), cp.float16))
     with pytest.raises(ValueError, match="packed"):
         kernels.matmul(w, x, y, xh=cp.zeros((2, 512), cp.float32))
+    with pytest.raises(ValueError, match="packed"):  # 2 rows need a whole group of 4
+        kernels.matmul(w, x, y, xh=cp.zeros((2, 512), cp.float16))
 
 
 @pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K])

@@ -15,6 +15,7 @@ from engine import reference_attention as ra
 from engine import reference_deltanet as rd
 from engine import sampling
 from engine.backend import SamplingParams
+from engine.cuda import kernels
 from engine.cuda.build import KernelDims
 from engine.cuda.forward import penalty_lists, sampling_rows
 from engine.cuda.kernels import Ops
@@ -56,35 +57,65 @@ def test_rmsnorm_and_swiglu() -> None:
 
 
 def test_rmsnorm_and_swiglu_packed_outputs_are_their_f32_outputs_packed() -> None:
-    """The packed f16 copies the products read (kernels.pack_activations) beside the f32
-    outputs: the same values, same rounding; the f32 outputs unchanged by asking for them.
-    A norm over the first 512 of 768 columns (n < row width) leaves the rest unwritten."""
+    """The packed f16 copies the products read (kernels.pack_activations: rows interleaved in
+    groups by the pass's row count) beside the f32 outputs: the same values, same rounding, same
+    layout; the f32 outputs unchanged by asking for them. A norm over the first 512 of 768
+    columns (n < row width) leaves the rest unwritten."""
     import cupy as cp
 
-    from engine.cuda.kernels import pack_activations
+    from engine.cuda.kernels import pack_activations, unpack_activations
 
     ops = Ops(SMALL)
     rng = np.random.default_rng(2)
-    x = _dev(rng.standard_normal((7, 768)).astype(np.float32) * 3)
+    x = _dev(rng.standard_normal((11, 768)).astype(np.float32) * 3)
     w = _dev(rng.standard_normal(768).astype(np.float32))
-    y0, y1 = (cp.full((7, 768), np.nan, dtype=cp.float32) for _ in range(2))
-    yh = cp.full((7, 768), np.nan, dtype=cp.float16)
+    y0, y1 = (cp.full((11, 768), np.nan, dtype=cp.float32) for _ in range(2))
+    yh = cp.full((16, 768), np.nan, dtype=cp.float16)
     ops.rmsnorm(x, w, y0, EPS)
     ops.rmsnorm(x, w, y1, EPS, yh=yh)
     assert cp.array_equal(y0, y1)
-    assert cp.array_equal(yh, pack_activations(y1))
-    yp = cp.full((7, 768), np.nan, dtype=cp.float32)
-    part = cp.full((7, 768), np.nan, dtype=cp.float16)
+    assert cp.array_equal(unpack_activations(yh, 11)[:11], y1.astype(cp.float16))
+    assert cp.array_equal(yh[:8], pack_activations(y1)[:8])  # the first group, whole
+    for rows in (1, 2, 3, 4):  # smaller groups for smaller passes
+        yg = cp.full((4, 768), np.nan, dtype=cp.float16)
+        ops.rmsnorm(x[:rows], w, y1[:rows], EPS, yh=yg)
+        n = kernels.packed_rows(rows)
+        assert cp.array_equal(yg[:n], pack_activations(y1[:rows])), rows
+    yp = cp.full((11, 768), np.nan, dtype=cp.float32)
+    part = cp.full((16, 768), np.nan, dtype=cp.float16)
     ops.rmsnorm(x, w[:512], yp, EPS, n=512, yh=part)
-    assert cp.array_equal(part[:, :512], pack_activations(cp.ascontiguousarray(yp[:, :512])))
-    assert bool(cp.isnan(part[:, 512:]).all())
+    natural = unpack_activations(part, 11)
+    assert cp.array_equal(natural[:11, :512], yp[:, :512].astype(cp.float16))
+    assert bool(cp.isnan(natural[:, 512:]).all()) and bool(cp.isnan(natural[11:]).all())
     gu = _dev(rng.standard_normal((5, 2 * 384)).astype(np.float32))
     h0, h1 = (cp.full((5, 384), np.nan, dtype=cp.float32) for _ in range(2))
-    hh = cp.full((5, 384), np.nan, dtype=cp.float16)
+    hh = cp.full((8, 384), np.nan, dtype=cp.float16)
     ops.swiglu(gu, h0)
     ops.swiglu(gu, h1, hh)
     assert cp.array_equal(h0, h1)
-    assert cp.array_equal(hh, pack_activations(h1))
+    assert cp.array_equal(unpack_activations(hh, 5)[:5], h1.astype(cp.float16))
+    with pytest.raises(ValueError, match="packed"):  # 5 rows need a whole group of 8
+        ops.swiglu(gu, h1, cp.zeros((5, 384), cp.float16))
+
+
+@pytest.mark.parametrize("n_src", [3, 19])
+@pytest.mark.parametrize("picks", [[2], [1, 0, 1], [18, 0, 9, 9, 7, 15, 3, 8, 11, 2]])
+def test_gather_packed_moves_whole_rows_between_groups(n_src: int, picks: list[int]) -> None:
+    """The LM head's gather of sampled rows from packed activations: row idx[i] of the source
+    becomes row i of the destination, each laid out for its own pass's row count (groups of 4
+    and 8 rows in, 1, 4 and 8 out), repeats allowed."""
+    import cupy as cp
+
+    from engine.cuda.kernels import pack_activations, unpack_activations
+
+    ops = Ops(SMALL)
+    rng = np.random.default_rng(3)
+    x = _dev(rng.standard_normal((n_src, 256)).astype(np.float32))
+    idx = cp.asarray(np.array(picks, np.int32) % n_src)
+    dst = cp.full((16, 256), np.nan, dtype=cp.float16)
+    ops.gather_packed(pack_activations(x), n_src, idx, dst)
+    got = unpack_activations(dst, len(picks))[: len(picks)]
+    assert cp.array_equal(got, x[idx].astype(cp.float16))
 
 
 def _deltanet_case(dims: KernelDims, hv: int) -> dict[str, Any]:

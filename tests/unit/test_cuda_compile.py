@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from engine.cuda.build import ALL_SOURCES, MATMUL_CONFIG, MATMUL_SOURCES, KernelDims, module_source
+from engine.cuda.build import (
+    ALL_SOURCES,
+    MATMUL_CONFIG,
+    MATMUL_SOURCES,
+    TYPE_NAMES,
+    KernelDims,
+    MatmulConfig,
+    module_source,
+)
+from engine.cuda.weights import F32
 
 NVCC = shutil.which("nvcc")
 ARCHS = ("80", "86", "89", "90")
@@ -43,3 +52,34 @@ def test_inlined_module_source_has_no_local_includes() -> None:
     text = module_source(ALL_SOURCES)
     assert '#include "' not in text
     assert text.count("OJ_DEV float h2f") == 1  # common.cuh inlined once
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
+    """Every kernel name MatmulConfig.row_tile can give (formats, row counts, f32 and packed
+    activations, deep and plain, both gemm tiles) is declared in matmul.cu once its macros are
+    expanded (nvcc -E)."""
+    import re
+
+    src = tmp_path / "matmul.cu"
+    src.write_text(module_source(MATMUL_SOURCES))
+    result = subprocess.run(
+        [str(NVCC), "-E", "-std=c++17", *MATMUL_CONFIG.defines(), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    # nvcc -E writes __global__ as __attribute__((global)), launch bounds likewise
+    bounds = r"(?:__attribute__\(\(launch_bounds\([^()]*\)\)\)\s+)?"
+    kernel = r"\(\(global\)\)\s+void\s+" + bounds + r"(\w+)\s*\("
+    declared = set(re.findall(kernel, result.stdout))
+    assert "mmh1_q4_k_1" in declared and "mm_f32_exact" in declared
+    configs = [MatmulConfig(), MatmulConfig(deep_all=True), MatmulConfig(gemm_tile=64)]
+    for cfg in configs:
+        for gtype in set(TYPE_NAMES) - {F32}:  # f32 weights: mm_f32_exact, not tiled
+            for rows in (1, 2, 4, 5, 8, 9, 17, 25, 32, 127, 128, 512):
+                for packed in (False, True):
+                    for n_out in (1024, 5120, 34816):
+                        name = cfg.row_tile(gtype, rows, packed, n_out, 132).name
+                        assert name in declared, (cfg, gtype, rows, packed, name)

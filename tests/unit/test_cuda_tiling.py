@@ -13,11 +13,11 @@ H200_SMS, RTX3090_SMS = 132, 82
 def test_narrow_products_get_the_deep_kernel_where_their_grid_fits_one_wave() -> None:
     cfg = MatmulConfig()
     # 5,120 features = 320 CTAs: one wave at 3 CTAs/SM on 132 SMs, not on 82
-    assert cfg.row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh_q6_k_1d"
-    assert cfg.row_tile(Q6_K, 1, True, 5120, RTX3090_SMS).name == "mmh_q6_k_1"
+    assert cfg.row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh1_q6_k_1d"
+    assert cfg.row_tile(Q6_K, 1, True, 5120, RTX3090_SMS).name == "mmh1_q6_k_1"
     assert cfg.row_tile(Q4_K, 8, False, 5120, H200_SMS).name == "mm_q4_k_1d"
     # wide products keep 4 CTAs/SM
-    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh_q4_k_1"
+    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1"
     # more than one n-tile, or many rows: the deep variant does not exist there
     assert cfg.row_tile(Q4_K, 9, True, 5120, H200_SMS).name == "mmh_q4_k_2"
     assert cfg.row_tile(Q4_K, 512, True, 5120, H200_SMS).name == "mmg8h_q4_k"
@@ -26,12 +26,34 @@ def test_narrow_products_get_the_deep_kernel_where_their_grid_fits_one_wave() ->
 
 def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
     assert (
-        MatmulConfig(deep_narrow=False).row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh_q6_k_1"
+        MatmulConfig(deep_narrow=False).row_tile(Q6_K, 1, True, 5120, H200_SMS).name
+        == "mmh1_q6_k_1"
     )
-    assert MatmulConfig().row_tile(Q6_K, 1, True).name == "mmh_q6_k_1"  # no shape given
+    assert MatmulConfig().row_tile(Q6_K, 1, True).name == "mmh1_q6_k_1"  # no shape given
 
 
 def test_all_single_tile_products_can_run_deep() -> None:
     cfg = MatmulConfig(deep_all=True)
-    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh_q4_k_1d"
+    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1d"
     assert cfg.row_tile(Q4_K, 9, True, 34816, H200_SMS).name == "mmh_q4_k_2"
+
+
+def test_packed_kernels_follow_the_row_groups_of_the_activations() -> None:
+    """Packed activations come in groups of 1, 4 or 8 rows by the pass's row count
+    (kernels.packed_group); each row count gets the kernel compiled for its group (that every
+    such name is a kernel of matmul.cu: tests/unit/test_cuda_compile.py)."""
+    from engine.cuda import kernels
+
+    cfg = MatmulConfig()
+    prefixes = {0: "mmh1_", 2: "mmh4_", 3: "mmh_"}
+    for rows in (1, 2, 3, 4, 5, 8, 9, 32, 127, 128, 512):
+        group = kernels.packed_group(rows)
+        assert kernels.packed_rows(rows) % (1 << group) == 0
+        assert 0 <= kernels.packed_rows(rows) - rows < (1 << group)
+        for n_out in (5120, 34816):
+            for gtype in (Q4_K, Q6_K):
+                name = cfg.row_tile(gtype, rows, True, n_out, H200_SMS).name
+                assert name.startswith(prefixes[group] if rows < 128 else "mmg8h_"), (rows, name)
+                assert cfg.row_tile(gtype, rows, False, n_out, H200_SMS).name.startswith(
+                    "mm_" if rows < 128 else "mmg8_"
+                )
