@@ -261,6 +261,10 @@ VARIANTS: list[dict[str, Any]] = [
 # mt 1 at 9-16 rows in v19b)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
+    # one m-tile per warp at 9-16 rows: more warps per SM, the activations read twice (v19b:
+    # slower while the activation loads were L1-bound; the grouped layout made them cheap)
+    {"mt": 1, "min_blocks": 3},
+    {"mt": 1, "min_blocks": 4},
 ]
 
 
