@@ -265,6 +265,9 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # slower while the activation loads were L1-bound; the grouped layout made them cheap)
     {"mt": 1, "min_blocks": 3},
     {"mt": 1, "min_blocks": 4},
+    # 9+ rows as row groups of the single-n-tile kernel over the same weight tiles (L2 serves
+    # the second read): twice the dequantization, twice the warps per SM
+    {"max_nt": 1},
 ]
 
 

@@ -159,6 +159,10 @@ class MatmulConfig:
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
+    # n-tiles (8 activation rows each) per CTA at most; more rows run as further row groups of
+    # CTAs on the same weight tiles, which read the tile from L2 after the first (1: every
+    # decode pass on the single-n-tile kernels, 16 warps per SM instead of 8)
+    max_nt: int = MAX_NT
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -181,7 +185,7 @@ class MatmulConfig:
         if self.gemm and n_rows >= self.gemm_min_rows:
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
-        nt = min(MAX_NT, (n_rows + 7) // 8)
+        nt = min(self.max_nt, MAX_NT, (n_rows + 7) // 8)
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm

@@ -156,6 +156,33 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
         assert cp.array_equal(y, out[0])
 
 
+@pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K, weights.Q8_0])
+@pytest.mark.parametrize("n_rows", [9, 12, 20, 32])
+def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
+    """MatmulConfig.max_nt 1 and 2 (more rows as further row groups of CTAs on the same weight
+    tiles) give the default tiling's results bit for bit, f32 and packed activations."""
+    import cupy as cp
+
+    rng = np.random.default_rng(110 + 10 * ggml_type + n_rows)
+    w, _ = _weight(ggml_type, 72, 256 * 7, int(rng.integers(1 << 30)))
+    x = cp.asarray(rng.standard_normal((n_rows, 256 * 7)).astype(np.float32))
+    xh = kernels.pack_activations(x)
+    saved = build.MATMUL_CONFIG
+    out = []
+    try:
+        for max_nt in (build.MAX_NT, 2, 1):
+            build.MATMUL_CONFIG = build.MatmulConfig(max_nt=max_nt)
+            for packed in (None, xh):
+                y = cp.full((n_rows, 72), np.nan, dtype=cp.float32)
+                kernels.matmul(w, x, y, xh=packed)
+                out.append(y)
+    finally:
+        build.MATMUL_CONFIG = saved
+    assert bool(cp.isfinite(out[0]).all())
+    for y in out[1:]:
+        assert cp.array_equal(y, out[0])
+
+
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 9])
 def test_pack_activations_layout(n_rows: int) -> None:
     """Each group of four stored x0 x2 x1 x3, rounded to nearest f16; rows in groups of g = 1,

@@ -75,7 +75,12 @@ def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
     kernel = r"\(\(global\)\)\s+void\s+" + bounds + r"(\w+)\s*\("
     declared = set(re.findall(kernel, result.stdout))
     assert "mmh1_q4_k_1" in declared and "mm_f32_exact" in declared
-    configs = [MatmulConfig(), MatmulConfig(deep_all=True), MatmulConfig(gemm_tile=64)]
+    configs = [
+        MatmulConfig(),
+        MatmulConfig(deep_all=True),
+        MatmulConfig(gemm_tile=64),
+        MatmulConfig(max_nt=1),
+    ]
     for cfg in configs:
         for gtype in set(TYPE_NAMES) - {F32}:  # f32 weights: mm_f32_exact, not tiled
             for rows in (1, 2, 4, 5, 8, 9, 17, 25, 32, 127, 128, 512):

@@ -57,3 +57,12 @@ def test_packed_kernels_follow_the_row_groups_of_the_activations() -> None:
                 assert cfg.row_tile(gtype, rows, False, n_out, H200_SMS).name.startswith(
                     "mm_" if rows < 128 else "mmg8_"
                 )
+
+
+def test_max_nt_sends_more_rows_to_row_groups_of_narrower_kernels() -> None:
+    """max_nt caps the n-tiles per CTA: 12 rows run as two row groups of the single-n-tile
+    kernel (8 rows each, grid x = 2) instead of one two-n-tile CTA per weight tile."""
+    assert MatmulConfig().row_tile(Q4_K, 12, True, 34816, H200_SMS).name == "mmh_q4_k_2"
+    tile = MatmulConfig(max_nt=1).row_tile(Q4_K, 12, True, 34816, H200_SMS)
+    assert (tile.name, tile.rows_per_group) == ("mmh_q4_k_1", 8)
+    assert MatmulConfig(max_nt=2).row_tile(Q6_K, 20, True, 5120, H200_SMS).name == "mmh_q6_k_2"
