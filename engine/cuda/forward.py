@@ -80,7 +80,8 @@ class Workspace(MetaViews):
         self.x = cp.zeros((max_rows, d.n_embd), f32)  # residual stream
         self.a = cp.zeros((max_rows, d.n_embd), f32)  # normed input of a product
         # the row kernels' packed f16 copies of the products' main inputs (a, h, hs), written
-        # by their producers beside the f32 ones (kernels.pack_activations)
+        # by their producers beside the f32 ones (kernels.pack_activations); passed whole: a
+        # pass of T rows uses their first kernels.packed_rows(T) rows
         self.ah = cp.zeros((kernels.packed_rows(max_rows), d.n_embd), cp.float16)
         self.proj_save = cp.zeros((max(n_dn, 1), self.t_save, P), f32)  # per-layer DN projections
         self.u_save = cp.zeros((max(n_dn, 1), self.t_save, C), f32)  # per-layer conv outputs
@@ -186,7 +187,7 @@ class Forward:
         """Embedding, every layer, final norm (into ws.a) for the first n_rows rows."""
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         T, S = lay.n_rows, lay.n_seg
-        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[: kernels.packed_rows(T)]
+        x, a, ah = ws.x[:T], ws.a[:T], ws.ah
         kernels.embed(m.token_embd, ws.row_tok[:T], x)
         for layer in m.layers:
             ops.rmsnorm(x, layer.attn_norm, a, d.rms_eps, yh=ah)
@@ -200,13 +201,12 @@ class Forward:
     def _ffn(self, layer: Any, T: int) -> None:
         """x += FFN(post_norm(x)) over the first T rows."""
         ws, ops, d = self.ws, self.ops, self.m.dims
-        x, a, ah = ws.x[:T], ws.a[:T], ws.ah[: kernels.packed_rows(T)]
+        x, a, ah = ws.x[:T], ws.a[:T], ws.ah
         ops.rmsnorm(x, layer.post_norm, a, d.rms_eps, yh=ah)
         for p in layer.ffn_in:
             kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows], xh=ah)
-        hh = ws.hh[: kernels.packed_rows(T)]
-        ops.swiglu(ws.gu[:T], ws.h[:T], hh)
-        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=hh)
+        ops.swiglu(ws.gu[:T], ws.h[:T], ws.hh)
+        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=ws.hh)
 
     def mtp_block(self, T: int, M: int) -> None:
         """The MTP head over T rows (tokens, positions and slots in ws.row_*, hidden inputs in
@@ -216,15 +216,15 @@ class Forward:
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         head = m.mtp
         assert head is not None, "the model has no MTP head"
-        E, x, cat, ah = d.n_embd, ws.x[:T], ws.mtp_cat[:T], ws.ah[: kernels.packed_rows(T)]
+        E, x, cat = d.n_embd, ws.x[:T], ws.mtp_cat[:T]
         kernels.embed(head.embed, ws.row_tok[:T], x)
         ops.rmsnorm(x, head.enorm, cat[:, :E], d.rms_eps)
         ops.rmsnorm(ws.mtp_hidden[:T], head.hnorm, cat[:, E:], d.rms_eps)
         kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
-        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ah)
+        ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ws.ah)
         self._attention(head.block, T, True, True)
         self._ffn(head.block, T)
-        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ah)
+        ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ws.ah)
         if M:
             self._gather_sampled(T, M)
             kernels.matmul(head.head, ws.hs[:M], ws.logits[:M], xh=ws.hsh)
@@ -234,10 +234,9 @@ class Forward:
         i, C, hv = layer.dn_index, d.conv_channels, d.ssm_n_v_heads
         proj = ws.proj_save[i, :T] if saved else ws.proj_big[:T]
         u = ws.u_save[i, :T] if saved else ws.u_big[:T]
-        ah = ws.ah[: kernels.packed_rows(T)]
         for p in layer.mixer_in:
             out = proj[:, p.offset : p.offset + p.weight.rows]
-            kernels.matmul(p.weight, ws.a[:T], out, xh=ah)
+            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah)
         ops.dn_conv(proj, layer.conv_w, ws.conv[i], u, ws.row_slot, ws.row_first)
         zo = C + hv * d.ssm_d_state
         z, beta, alpha = proj[:, C:], proj[:, zo:], proj[:, zo + hv :]
@@ -262,10 +261,9 @@ class Forward:
     def _attention(self, layer: Any, T: int, shallow: bool, deep: bool) -> None:
         ws, ops, d = self.ws, self.ops, self.m.dims
         pa = ws.pa[:T]
-        ah = ws.ah[: kernels.packed_rows(T)]
         for p in layer.mixer_in:
             out = pa[:, p.offset : p.offset + p.weight.rows]
-            kernels.matmul(p.weight, ws.a[:T], out, xh=ah)
+            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah)
         qw = 2 * d.n_head * d.head_dim
         kf, vf = pa[:, qw:], pa[:, qw + d.n_head_kv * d.head_dim :]
         pool = ws.pool(layer.att_index)
