@@ -510,6 +510,8 @@ def main() -> int:
         info.update(floor_s=floor, weight_bytes=total, decode=table)
         for key, timed in (
             ("breakdown_1row_ms", lambda: time_rows(backend, [1], args.context, 1)),
+            # four agents without drafts: the server's main case (issue 5)
+            ("breakdown_4slots_ms", lambda: time_rows(backend, [1] * 4, args.context, 1)),
             ("breakdown_12rows_ms", lambda: time_rows(backend, [2] * 6, args.context, 2)),
             ("breakdown_prefill512_ms", lambda: time_rows(backend, [512], 0, 1)),
         ):
