@@ -261,13 +261,11 @@ VARIANTS: list[dict[str, Any]] = [
 # mt 1 at 9-16 rows in v19b)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
-    # one m-tile per warp at 9-16 rows: more warps per SM, the activations read twice (v19b:
-    # slower while the activation loads were L1-bound; the grouped layout made them cheap)
-    {"mt": 1, "min_blocks": 3},
-    {"mt": 1, "min_blocks": 4},
-    # 9+ rows as row groups of the single-n-tile kernel over the same weight tiles (L2 serves
-    # the second read): twice the dequantization, twice the warps per SM
-    {"max_nt": 1},
+    # the `_2` kernels (two m-tiles per warp) at 9-12 rows too, and the `_2f` ones (one m-tile
+    # per warp, 3 CTAs/SM) up to 16 (v20b: mt 1 with 3 CTAs/SM for every 9+-row pass gained at
+    # 12 rows and lost at 16 and 20; mt 1 with 4 CTAs/SM and max_nt 1 lost everywhere)
+    {"few_rows": 0},
+    {"few_rows": 16},
 ]
 
 

@@ -163,6 +163,11 @@ class MatmulConfig:
     # CTAs on the same weight tiles, which read the tile from L2 after the first (1: every
     # decode pass on the single-n-tile kernels, 16 warps per SM instead of 8)
     max_nt: int = MAX_NT
+    # passes of 9 to few_rows rows (two n-tiles) run the `_2f` kernels: mt_few m-tiles per warp
+    # at min_blocks_few CTAs per SM (0: the `_2` kernels at every row count)
+    few_rows: int = 12
+    mt_few: int = 1
+    min_blocks_few: int = 3
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -172,6 +177,8 @@ class MatmulConfig:
             f"-DMM_MT1={self.mt1}",
             f"-DMM_MINB1={self.min_blocks1}",
             f"-DMM_MINB1D={self.min_blocks1d}",
+            f"-DMM_MTF={self.mt_few}",
+            f"-DMM_MINBF={self.min_blocks_few}",
         )
 
     def row_tile(
@@ -186,11 +193,12 @@ class MatmulConfig:
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
         nt = min(self.max_nt, MAX_NT, (n_rows + 7) // 8)
-        rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt)
+        few = nt == 2 and n_rows <= self.few_rows
+        rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt_few if few else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
         deep = nt == 1 and (self.deep_all or narrow)
-        suffix = "d" if deep else ""
+        suffix = "d" if deep else "f" if few else ""
         if packed and n_rows <= 4:  # packed rows in groups of 1 or 4 (kernels.packed_group)
             h = "h1" if n_rows <= 1 else "h4"
         return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)

@@ -39,6 +39,12 @@
 #ifndef MM_MINB1D
 #define MM_MINB1D 3  // the deep single-n-tile kernels (_1d) for narrow products
 #endif
+#ifndef MM_MTF
+#define MM_MTF 1  // the two-n-tile kernels of passes of few rows (_2f)
+#endif
+#ifndef MM_MINBF
+#define MM_MINBF 3
+#endif
 
 // The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
 // (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
@@ -235,12 +241,17 @@ extern "C" __global__ void __launch_bounds__(128)
 // for narrow products, whose grid (e.g. 320 CTAs for 5,120 features) fills less than one wave
 // at 4 CTAs per SM anyway: 2 % off the weight pass at 1-4 rows (bench/NOTES.md v16). Same
 // order, same bits.
+// <...>_2f: the two-n-tile kernel with MM_MTF m-tiles per warp and MM_MINBF CTAs per SM, for
+// passes of 9 to MatmulConfig.few_rows rows: fewer registers, more warps per SM, the activation
+// rows read once per m-tile (weight pass at 12 rows 10.62 -> 10.00 ms, at 16 rows 10.98 ->
+// 11.67, bench/NOTES.md v20b). Same order, same bits.
 #define OJ_MM_ONE(PREFIX, FRAG, XL)                                \
     OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XL, 1)     \
     OJ_MM_KERNEL(PREFIX##_1d, FRAG, MM_MT1, 1, MM_MINB1D, XL, 2)
 #define OJ_MM_NT(PREFIX, FRAG, XL)                                 \
     OJ_MM_ONE(PREFIX, FRAG, XL)                                    \
     OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XL, 1)       \
+    OJ_MM_KERNEL(PREFIX##_2f, FRAG, MM_MTF, 2, MM_MINBF, XL, 1)    \
     OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XL, 1)       \
     OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XL, 1)
 #define OJ_MM_ALL_NT(TYPE, FRAG)      \

@@ -148,13 +148,19 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
 @pytest.mark.parametrize("n_rows", [9, 12, 20, 32])
 def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
     """MatmulConfig.max_nt 1 and 2 (more rows as further row groups of CTAs on the same weight
-    tiles) give the default tiling's results bit for bit, f32 and packed activations."""
+    tiles) and the `_2f` kernels of passes of few rows (one m-tile per warp), on and off, give
+    the default tiling's results bit for bit, f32 and packed activations."""
     import cupy as cp
 
     rng = np.random.default_rng(110 + 10 * ggml_type + n_rows)
     w, _ = _weight(ggml_type, 72, 256 * 7, int(rng.integers(1 << 30)))
     x = cp.asarray(rng.standard_normal((n_rows, 256 * 7)).astype(np.float32))
-    _assert_same_bits_under([build.MatmulConfig(max_nt=n) for n in (build.MAX_NT, 2, 1)], w, x)
+    configs = [build.MatmulConfig(max_nt=n) for n in (build.MAX_NT, 2, 1)]
+    configs += [build.MatmulConfig(few_rows=n) for n in (0, 16)]
+    if n_rows <= 12:  # the default runs `_2f` here, few_rows=0 the `_2` kernel
+        assert configs[0].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2f")
+        assert configs[3].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2")
+    _assert_same_bits_under(configs, w, x)
 
 
 def _assert_same_bits_under(configs: list[build.MatmulConfig], w: Any, x: Any) -> None:

@@ -80,10 +80,11 @@ def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
         MatmulConfig(deep_all=True),
         MatmulConfig(gemm_tile=64),
         MatmulConfig(max_nt=1),
+        MatmulConfig(few_rows=0),
     ]
     for cfg in configs:
         for gtype in set(TYPE_NAMES) - {F32}:  # f32 weights: mm_f32_exact, not tiled
-            for rows in (1, 2, 4, 5, 8, 9, 17, 25, 32, 127, 128, 512):
+            for rows in (1, 2, 4, 5, 8, 9, 12, 13, 17, 25, 32, 127, 128, 512):
                 for packed in (False, True):
                     for n_out in (1024, 5120, 34816):
                         name = cfg.row_tile(gtype, rows, packed, n_out, 132).name
