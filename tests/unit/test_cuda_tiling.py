@@ -19,7 +19,8 @@ def test_narrow_products_get_the_deep_kernel_where_their_grid_fits_one_wave() ->
     # wide products keep 4 CTAs/SM
     assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1"
     # more than one n-tile, or many rows: the deep variant does not exist there
-    assert cfg.row_tile(Q4_K, 9, True, 5120, H200_SMS).name == "mmh_q4_k_2"
+    assert cfg.row_tile(Q4_K, 9, True, 5120, H200_SMS).name == "mmh_q4_k_2f"
+    assert cfg.row_tile(Q4_K, 13, True, 5120, H200_SMS).name == "mmh_q4_k_2"
     assert cfg.row_tile(Q4_K, 512, True, 5120, H200_SMS).name == "mmg8h_q4_k"
     assert cfg.row_tile(Q4_K, 512, False, 5120, H200_SMS).name == "mmg8_q4_k"
 
@@ -35,7 +36,7 @@ def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
 def test_all_single_tile_products_can_run_deep() -> None:
     cfg = MatmulConfig(deep_all=True)
     assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1d"
-    assert cfg.row_tile(Q4_K, 9, True, 34816, H200_SMS).name == "mmh_q4_k_2"
+    assert cfg.row_tile(Q4_K, 9, True, 34816, H200_SMS).name == "mmh_q4_k_2f"
 
 
 def test_packed_kernels_follow_the_row_groups_of_the_activations() -> None:
@@ -62,7 +63,19 @@ def test_packed_kernels_follow_the_row_groups_of_the_activations() -> None:
 def test_max_nt_sends_more_rows_to_row_groups_of_narrower_kernels() -> None:
     """max_nt caps the n-tiles per CTA: 12 rows run as two row groups of the single-n-tile
     kernel (8 rows each, grid x = 2) instead of one two-n-tile CTA per weight tile."""
-    assert MatmulConfig().row_tile(Q4_K, 12, True, 34816, H200_SMS).name == "mmh_q4_k_2"
+    assert MatmulConfig().row_tile(Q4_K, 12, True, 34816, H200_SMS).name == "mmh_q4_k_2f"
     tile = MatmulConfig(max_nt=1).row_tile(Q4_K, 12, True, 34816, H200_SMS)
     assert (tile.name, tile.rows_per_group) == ("mmh_q4_k_1", 8)
     assert MatmulConfig(max_nt=2).row_tile(Q6_K, 20, True, 5120, H200_SMS).name == "mmh_q6_k_2"
+
+
+def test_passes_of_few_rows_get_one_m_tile_per_warp() -> None:
+    """9 to few_rows rows (two n-tiles, the second part empty) run the `_2f` kernels, one 16-row
+    m-tile per warp (twice the CTAs of `_2`); more rows, or few_rows 0, the `_2` kernels."""
+    cfg = MatmulConfig()
+    for rows in (9, 12):
+        tile = cfg.row_tile(Q4_K, rows, True, 34816, H200_SMS)
+        assert (tile.name, tile.rows_per_cta) == ("mmh_q4_k_2f", 16 * cfg.mt_few)
+    for rows, few in ((13, 12), (16, 12), (12, 0)):
+        tile = MatmulConfig(few_rows=few).row_tile(Q4_K, rows, True, 34816, H200_SMS)
+        assert (tile.name, tile.rows_per_cta) == ("mmh_q4_k_2", 16 * cfg.mt)
