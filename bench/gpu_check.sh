@@ -2,8 +2,8 @@
 # One device call: install carried wheels, run the GPU tests, then the benchmarks.
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
 #   tests | bench | all | variants   GPU tests / bench/decode.py (carry: .whl)
-#   pending                          a branch of unverified GPU work, first call (~8 min): the
-#                                    whole GPU suite (~5 min) and bench/decode.py --step
+#   pending                          a branch of unverified GPU work, first call (~9 min): the
+#                                    whole GPU suite (4-6 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
 #   matmul                           the weight pass and whole steps under bench/decode.py's
@@ -12,6 +12,8 @@
 #                                    variants, the attention variants at 512-23K contexts
 #                                    (CONTEXTS, default 16,16tc) and OpenJet's server
 #                                    (bench/parallel.py --engines openjet; carry: .whl)
+#   ahead                            OpenJet's server (bench/parallel.py --engines openjet, 1 and
+#                                    4 agents, 4 at 23K) with launch-ahead, then without
 #   vs-llamacpp                      bench/vs_llamacpp.py: llama.cpp CUDA build (~5 min, in the
 #                                    background) + the 27B GGUF + both sides (carry: .whl .device-carry)
 #   parallel                         bench/parallel.py: OpenJet's server vs llama-server --parallel 4
@@ -61,8 +63,8 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -60
 fi
 if [ "$MODE" = pending ]; then
-  timeout 360 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
-  timeout 170 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
+  timeout 420 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+  timeout 150 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
 fi
 if [ "$MODE" = pdl ]; then  # programmatic dependent launch: bits, then plain vs overlapped
   timeout 200 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rf -p no:cacheprovider -o addopts="" -k "overlapped or greedy or drafts or exact" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
@@ -76,6 +78,13 @@ fi
 if [ "$MODE" = matmul ]; then  # bench/decode.py ROW_VARIANTS: the weight pass, then whole steps
   timeout 150 python3 bench/decode.py --step --row-variants --json "$OUT/row_variants.json" 2>&1 | tee "$OUT/row_variants.log" | grep variant
   timeout 240 python3 bench/decode.py --step --matmul-steps --rows "${ROWS:-1,4,8,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+fi
+if [ "$MODE" = ahead ]; then  # OpenJet's server with launch-ahead on, then off (~9 min)
+  for fields in "" "launch_ahead=0"; do
+    timeout 270 python3 bench/parallel.py --engines openjet --agents 1,4 --context-agents 4 \
+      --budget 250 --scheduler "$fields" --json "$OUT/parallel_ahead${fields:+_off}.json" 2>&1 \
+      | tee -a "$OUT/parallel_ahead.log" | grep "per agent\|goal"
+  done
 fi
 if [ "$MODE" = variants ]; then
   timeout 300 python3 bench/decode.py --step --variants --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.log"
