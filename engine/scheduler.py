@@ -22,9 +22,17 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from engine.backend import Backend, RowKind, SlotStep, StepPlan, StepResult
+from engine.backend import (
+    Backend,
+    Launched,
+    RowKind,
+    SlotStep,
+    StepPlan,
+    StepResult,
+    with_drawn_tokens,
+)
 from engine.drafting import DraftPolicy, DraftProvider
 from engine.prefix_cache import PrefixCache
 from engine.scheduler_events import (
@@ -63,6 +71,10 @@ class SchedulerConfig:
     checkpoints: bool = True  # False: no prefix checkpoints at all (reuse of live slots only)
     max_checkpoints: int = 32
     force_accept: bool = False  # benchmark: accept every draft unverified
+    # with a backend that `launches_ahead` (engine/backend.py): while every active slot decodes
+    # one token per step (no drafts, no penalties, no prompt pending), queue the next step
+    # before reading this one back, its input tokens taken on the device
+    launch_ahead: bool = True
 
 
 class Scheduler:
@@ -95,6 +107,9 @@ class Scheduler:
         self._published_at = -PUBLISH_INTERVAL_S
         self._changed = True  # a slot changed hands since the last snapshot
         self._flush_hooks: list[Callable[[], None]] = []
+        # a step launched and not yet collected (launch-ahead); slots admit nothing meanwhile
+        self._inflight: Launched | None = None
+        self._ahead = self.config.launch_ahead and getattr(backend, "launches_ahead", False)
 
     # -- API for other threads -------------------------------------------------------------------
 
@@ -146,6 +161,7 @@ class Scheduler:
                 self._wake.clear()
 
     def _fail_everything(self, message: str) -> None:
+        self._inflight = None  # whatever was launched is void with the slots it served
         for slot in self.slots:
             if slot.job is not None:
                 self._fail_slot(slot.id, message)
@@ -158,12 +174,20 @@ class Scheduler:
     def step_once(self) -> bool:
         """Apply commands, admit, run one backend step; False when there was nothing to run."""
         self._apply_commands()
+        if self._inflight is not None:
+            return self._collect_inflight()
         self._admit_waiting()
         plan = self._plan_that_fits()
         if plan is None:
             self._flush()
             self._publish(force=True)  # idle: the last figures must not stay stale
             return False
+        if self._ahead and self._can_follow(plan):
+            try:  # collected by the next call, after the step that follows it is launched
+                self._inflight = self.backend.launch(plan)  # type: ignore[attr-defined]
+            except Exception as error:
+                self._step_failed(plan, error)
+            return True
         try:
             if getattr(self.backend, "overlaps_host_work", False):
                 result = self.backend.step(plan, while_running=self._flush)  # type: ignore[call-arg]
@@ -171,14 +195,94 @@ class Scheduler:
                 self._flush()
                 result = self.backend.step(plan)
         except Exception as error:  # a failed step must not take the engine thread down
-            for step in plan.slots:
-                self._fail_slot(step.slot, f"engine step failed: {type(error).__name__}: {error}")
-            self._flush()
-            self._publish(force=True)
+            self._step_failed(plan, error)
             return True
         self._apply(plan, result)
         self._publish()
         return True
+
+    def _step_failed(self, plan: StepPlan, error: Exception) -> None:
+        for step in plan.slots:
+            self._fail_slot(step.slot, f"engine step failed: {type(error).__name__}: {error}")
+        self._flush()
+        self._publish(force=True)
+
+    # -- launching ahead (SchedulerConfig.launch_ahead) -----------------------------------------
+
+    def _collect_inflight(self) -> bool:
+        """Launch the step after the one in flight if it can follow it, then collect and apply
+        the one in flight (its tokens reach the clients while the next step runs)."""
+        launched = self._inflight
+        assert launched is not None
+        self._inflight = None
+        following = self._following(launched.plan)
+        nxt: Launched | None = None
+        try:
+            if following is not None:
+                nxt = self.backend.launch(following, launched)  # type: ignore[attr-defined]
+            self._flush()
+            result: StepResult = self.backend.collect(launched)  # type: ignore[attr-defined]
+        except Exception as error:  # both steps' slots (the second's are among the first's)
+            self._step_failed(launched.plan, error)
+            return True
+        self._apply(launched.plan, result)
+        if nxt is not None:  # the rows' real tokens, for the slots' records when it is applied
+            nxt.plan = with_drawn_tokens(nxt.plan, result)
+        self._inflight = nxt
+        self._publish()
+        return True
+
+    def _can_follow(self, plan: StepPlan) -> bool:
+        """Whether another step may follow `plan` before it is read back: nobody waits for a
+        slot, and every slot with a request runs one row of decoding in it, no drafts."""
+        steps = {s.slot: s for s in plan.slots}
+        for slot in self.slots:
+            if slot.job is None:
+                continue
+            step = steps.get(slot.id)
+            if step is None or step.kind is not RowKind.DECODE or step.n_rows != 1:
+                return False
+            if (
+                step.n_draft
+                or self._wants_drafts(slot.job)
+                or slot.job.request.sampling.has_penalties
+            ):
+                return False
+        return bool(steps) and not self._waiting
+
+    def _wants_drafts(self, job: Job) -> bool:
+        """Whether the slot's next groups may carry drafts (then each step waits for the last)."""
+        if job.request.draft_provider is not None:
+            return True
+        if self.policy.mode == "off" or min(self._n_draft(job), self.policy.n_draft) <= 0:
+            return False
+        # MTP drafts only where the backend runs the head
+        return self.policy.mode != "mtp" or bool(getattr(self.backend, "has_mtp", False))
+
+    def _following(self, plan: StepPlan) -> StepPlan | None:
+        """The step after `plan` (in flight, not read back), to launch now: one more row for
+        each slot whose request will still want a token after `plan` (a request that ends on
+        its length there gets none), if nothing arrived meanwhile and the pages fit without
+        evicting. Its tokens are placeholders (the rows take what `plan` draws)."""
+        if not self._commands.empty() or not self._can_follow(plan):
+            return None
+        steps = []
+        for step in plan.slots:
+            job = self.slots[step.slot].job
+            if job is None:  # it ended while `plan` ran: `plan`'s row for it is its last
+                continue
+            if (
+                len(job.generated) + 2 > job.request.max_tokens
+                or step.end_pos + 2 > self.backend.n_ctx
+            ):
+                continue
+            steps.append(replace(step, tokens=(0,), start_pos=step.end_pos, penalty_context=()))
+        if not steps:
+            return None
+        following = StepPlan(tuple(steps))
+        pool = self.backend.pool
+        needed = sum(pool.pages_needed(s.slot, s.end_pos) for s in following.slots)
+        return following if needed <= pool.free_pages else None
 
     def _apply_commands(self) -> None:
         while True:
@@ -385,7 +489,9 @@ class Scheduler:
         for step in plan.slots:
             slot = self.slots[step.slot]
             job = slot.job
-            assert job is not None
+            if job is None:  # ended (stop, length, cancel) while this launched-ahead step ran:
+                slot.tokens.extend(step.tokens)  # the slot holds its row; what it drew is void
+                continue
             out = result.for_slot(step.slot)
             slot.last_used = now
             if step.kind is RowKind.PREFILL:

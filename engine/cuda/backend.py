@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,14 @@ import numpy as np
 
 from engine.backend import (  # fmt: skip
     BackendError,
+    Launched,
     MemoryInfo,
     RowKind,
     SlotResult,
     SlotStep,
     StepPlan,
     StepResult,
+    check_follow,
     check_plan,
 )
 from engine.cuda.forward import (
@@ -47,6 +50,31 @@ from engine.cuda.mtp import MtpDrafter, Span, Want
 from engine.state import PagedKVPool, PoolExhausted
 
 MAX_SAMPLE_ROWS = 64
+
+
+@dataclass
+class _Queued:
+    """A pass queued on the device: what reading it back needs (`_finish`)."""
+
+    seg: np.ndarray
+    sample_rows: list[tuple[SlotStep, int, int]]  # (step, row in step, row in pass)
+    logits: np.ndarray | None = None  # debug passes read theirs back at once
+
+    @property
+    def n_sample(self) -> int:
+        return len(self.sample_rows)
+
+
+@dataclass
+class _InFlight:
+    """A launched step (`CudaBackend.launch`): its pass, the pinned buffer its drawn tokens are
+    copied to and the event that says they are there."""
+
+    started: float
+    group: list[tuple[SlotStep, int, int]]
+    queued: _Queued
+    drawn: Any  # pinned int32 [max_sample] (Workspace.drawn_host)
+    copied: Any  # cupy Event
 
 
 class CudaBackend:
@@ -81,6 +109,7 @@ class CudaBackend:
         self._table_revision = [-1] * n_slots  # the pool revision of each slot's uploaded list
         self._checkpoints: dict[int, tuple[Any, Any, int, Any]] = {}  # rec, conv, length, MTP
         self._next_checkpoint = 1
+        self._turn = 0  # launch-ahead: the Workspace.drawn_host buffer of the last launch
 
     @staticmethod
     def _tokens_that_fit(model: CudaModel, n_slots: int, page_size: int, max_rows: int) -> int:
@@ -175,8 +204,7 @@ class CudaBackend:
 
     # -- the step ------------------------------------------------------------------------------
 
-    def step(self, plan: StepPlan, while_running: Callable[[], None] | None = None) -> StepResult:
-        started = time.perf_counter()
+    def _check(self, plan: StepPlan) -> None:
         check_plan(plan, self.n_slots, self._lengths, self.max_rows)
         for s in plan.slots:
             if s.end_pos > self.n_ctx:
@@ -186,11 +214,71 @@ class CudaBackend:
         needed = sum(self._pool.pages_needed(s.slot, s.end_pos) for s in plan.slots)
         if needed > self._pool.free_pages:
             raise PoolExhausted(needed * self._pool.page_size, self._pool.free_tokens)
+
+    def step(self, plan: StepPlan, while_running: Callable[[], None] | None = None) -> StepResult:
+        started = time.perf_counter()
+        self._check(plan)
         results = {s.slot: SlotResult(s.slot, [], n_rows=s.n_rows) for s in plan.slots}
         for group in self._passes(plan):
             self._run_pass(group, results, while_running)
             while_running = None  # once: after the first pass is queued
         return StepResult([results[s.slot] for s in plan.slots], time.perf_counter() - started)
+
+    # -- launch-ahead (engine/backend.py `launches_ahead`) ---------------------------------------
+
+    @property
+    def launches_ahead(self) -> bool:
+        # the MTP head catches up on each pass's accepted tokens from the host: with it, every
+        # step waits for the one before
+        return self._mtp is None
+
+    def launch(self, plan: StepPlan, follow: Launched | None = None) -> Launched:
+        """Queue a one-pass step without reading it back; `collect` finishes it. With
+        `follow` (launched, not collected), the rows take the tokens it drew, on the device.
+        A step that others follow is one-row decode groups only, so reading it back queues
+        no device work (no replay, no checkpoint): nothing lands behind its follower."""
+        import cupy as cp
+
+        started = time.perf_counter()
+        if not self.launches_ahead:
+            raise BackendError("launch-ahead needs the backend without its MTP head")
+        self._check(plan)
+        previous: _InFlight | None = None
+        if follow is not None:
+            check_follow(plan, follow.plan)
+            previous = follow.state
+            assert isinstance(previous, _InFlight)
+        passes = self._passes(plan)
+        if len(passes) != 1 or any(s.return_logits for s in plan.slots):
+            raise BackendError("only a step of one pass without debug logits can be launched")
+        group = passes[0]
+        queued = self._queue_pass(group, previous.queued if previous else None)
+        # the drawn tokens to a pinned buffer (two, in turn: at most two steps are in flight)
+        self._turn ^= 1
+        drawn = self.ws.drawn_host[self._turn]
+        stream = cp.cuda.get_current_stream()
+        if queued.n_sample:
+            cp.cuda.runtime.memcpyAsync(
+                drawn.ctypes.data, self.ws.out_tok.data.ptr, 4 * queued.n_sample, 2, stream.ptr
+            )
+        copied = cp.cuda.Event(disable_timing=True)
+        copied.record(stream)
+        for s in plan.slots:  # a follower starts where these end (one row, nothing to reject)
+            if s.kind is RowKind.DECODE and s.n_rows == 1:
+                self._lengths[s.slot] = s.end_pos
+        return Launched(plan, _InFlight(started, group, queued, drawn, copied))
+
+    def collect(self, launched: Launched) -> StepResult:
+        """Wait for a launched step's tokens and finish it as `step` does."""
+        flight = launched.state
+        assert isinstance(flight, _InFlight)
+        flight.copied.synchronize()
+        q = flight.queued
+        drawn = flight.drawn[: q.n_sample].tolist()
+        results = {s.slot: SlotResult(s.slot, [], n_rows=s.n_rows) for s in launched.plan.slots}
+        self._finish(flight.group, q.seg, q.sample_rows, drawn, None, results, launched=True)
+        slots = [results[s.slot] for s in launched.plan.slots]
+        return StepResult(slots, time.perf_counter() - flight.started)
 
     def _passes(self, plan: StepPlan) -> list[list[tuple[SlotStep, int, int]]]:
         """Split a plan into passes of (slot step, first row, end row): prefill chunks with
@@ -218,6 +306,15 @@ class CudaBackend:
         queued: Callable[[], None] | None = None,
     ) -> None:
         """One pass; `queued()` (if given) once its GPU work is queued, before the readback."""
+        q = self._queue_pass(group)
+        if queued is not None:
+            queued()
+        drawn = self.ws.out_tok[: q.n_sample].get().tolist() if q.n_sample else []
+        self._finish(group, q.seg, q.sample_rows, drawn, q.logits, results)
+
+    def _queue_pass(self, group: list[tuple[SlotStep, int, int]], follow: _Queued | None = None) -> _Queued:  # fmt: skip
+        """Upload a pass's metadata and queue its work. follow: the pass before it, not read
+        back, whose drawn tokens are this one's (one row per slot; check_follow)."""
         ws = self.ws
         T = sum(b - a for _, a, b in group)
         saved = ws.t_save >= T
@@ -247,28 +344,33 @@ class CudaBackend:
             raise BackendError(
                 f"{len(sample_rows)} rows to sample, the backend takes {ws.max_sample}"
             )
-        self._upload(tok, pos, rslot, first, seg, sample_rows)
+        row_from: list[int] = []
+        if follow is not None:  # the row of each slot takes what `follow` drew for it
+            drawn_at = {s.slot: j for j, (s, _, _) in enumerate(follow.sample_rows)}
+            row_from = [drawn_at[slot] for slot in rslot]
+        self._upload(tok, pos, rslot, first, seg, sample_rows, row_from)
+        if row_from:
+            ws.row_tok[:T] = ws.out_tok[ws.row_from[:T]]
         below = self.fwd.ops.dims.att_core_below
         lay = Layout.of_rows(T, len(group), len(sample_rows), saved, min(pos), max(pos), below)
-        debug = any(s.return_logits for s, _, _ in group)
-        if debug:
+        logits = None
+        if any(s.return_logits for s, _, _ in group):  # debug: no graph, logits read back
             self.fwd.trunk(lay)
             self.fwd.head(lay.n_rows, lay.n_sample)
             logits = ws.logits[: lay.n_sample].get()
             self.fwd.draw(lay.n_sample)
         else:
             self.fwd.run(lay, self.use_graphs)
-        if queued is not None:
-            queued()
-        drawn = ws.out_tok[: lay.n_sample].get().tolist() if lay.n_sample else []
-        self._finish(group, seg, sample_rows, drawn, logits if debug else None, results)
+        return _Queued(seg, sample_rows, logits)
 
-    def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]]) -> None:  # fmt: skip
+    def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], row_from: list[int]) -> None:  # fmt: skip
         """The pass's metadata into the pinned host buffer, then one copy to the device; the
         page table only where a slot's pages changed."""
         ws, h = self.ws, self.ws.host_meta()
         T = len(tok)
         h.row_tok[:T], h.row_pos[:T], h.row_slot[:T], h.row_first[:T] = tok, pos, rslot, first
+        if row_from:
+            h.row_from[:T] = row_from
         h.seg[:] = 0
         h.seg[:, : seg.shape[1]] = seg
         M = len(sample_rows)
@@ -312,7 +414,7 @@ class CudaBackend:
                 self._table[slot, :n] = pages
                 self.ws.page_table[slot, :n].set(pages)
 
-    def _finish(self, group: list[tuple[SlotStep, int, int]], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], drawn: list[int], logits: np.ndarray | None, results: dict[int, SlotResult]) -> None:  # fmt: skip
+    def _finish(self, group: list[tuple[SlotStep, int, int]], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], drawn: list[int], logits: np.ndarray | None, results: dict[int, SlotResult], launched: bool = False) -> None:  # fmt: skip
         by_slot: dict[int, dict[int, int]] = {}
         rows_of: dict[int, list[int]] = {}
         for j, (s, r, _) in enumerate(sample_rows):
@@ -343,7 +445,10 @@ class CudaBackend:
                 kept += 1
             res.accepted = [*s.drafts[:kept], drawn_rows[kept]]
             res.n_draft_accepted = kept
-            self._lengths[s.slot] = s.start_pos + kept + 1
+            if not (launched and s.n_rows == 1):
+                # a launched one-row group's length was set at launch, and a step following
+                # it may have moved it on since
+                self._lengths[s.slot] = s.start_pos + kept + 1
             spans.append(Span(s.slot, row, s.start_pos, tuple(s.tokens[: kept + 1])))
             wants.append(Want(s.slot, res.accepted[-1], s.start_pos + kept + 1, s.n_draft))
             if s.n_rows > 1:

@@ -9,6 +9,7 @@ NVRTC needs no include path and the hash covers every byte that is compiled.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -119,7 +120,7 @@ def build_module(
     source = module_source(sources)
     path = kernel_cache_dir() / f"{cache_key(source, options, arch)}.cubin"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # pytest-xdist workers build at once
         tmp.write_bytes(_compile_cubin(source, options, arch))
         tmp.replace(path)  # atomic: a concurrent build never sees half a file
     return cupy.RawModule(path=str(path))

@@ -55,6 +55,7 @@ class MetaViews:
     row_pos: Any
     row_slot: Any
     row_first: Any
+    row_from: Any
     seg: Any
     sample_idx: Any
     fparams: Any
@@ -113,6 +114,9 @@ class Workspace(MetaViews):
         self.page_table = cp.zeros((n_slots, -(-d.context_length // page_size)), i32)
         self.rseg = cp.zeros((5, n_slots), i32)  # slot, start, rows, commit, keep: the replay's
         self.out_tok = cp.zeros(max_sample, i32)
+        # launch-ahead (CudaBackend.launch): where launched steps' drawn tokens are copied, in
+        # turn (at most two steps are in flight)
+        self.drawn_host = [cupyx.empty_pinned(max_sample, np.int32) for _ in range(2)]
         # Per-step metadata: views of one device buffer written from one pinned host buffer
         # of the same layout (`host`), so a step's metadata is a single copy.
         fields = {
@@ -120,6 +124,9 @@ class Workspace(MetaViews):
             "row_pos": (max_rows,),
             "row_slot": (max_rows,),
             "row_first": (max_rows,),
+            # launch-ahead (CudaBackend.launch): row i's token is out_tok[row_from[i]], drawn by
+            # the step before, gathered on the device before the pass
+            "row_from": (max_rows,),
             "seg": (5, n_slots),  # slot, start, rows, commit, keep
             "sample_idx": (max_sample,),
             "fparams": (max_sample, 8),  # f32 (the buffer's bits)
