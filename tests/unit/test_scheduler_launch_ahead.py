@@ -217,13 +217,17 @@ def test_the_reference_backend_launches_ahead_with_the_same_tokens(tmp_path: Pat
 
 
 def test_the_benchmarks_speculation_off_requests_launch_ahead() -> None:
-    """bench/parallel.py's server drafts by lookup with forced acceptance; its speculation-off
-    figures come from requests asking for no drafts (`n_draft` 0): those launch ahead."""
+    """bench/parallel.py's server (`serve_main`) replaces the scheduler's draft policy with
+    FilledDrafts and forces acceptance; its speculation-off figures come from requests asking
+    for no drafts (`n_draft` 0): those launch ahead (on the H200 a policy without DraftPolicy's
+    `mode` failed every such request, v21d)."""
+    from bench.parallel import FilledDrafts
+
     config = SchedulerConfig(speculation="lookup", n_draft=3, force_accept=True, max_chunk=32)
     prompts = [prompt(110 + i, 30) for i in range(2)]
     backend = LaunchingFakeBackend()
-    sinks = run(
-        Scheduler(backend, config), [GenerationRequest(p, GREEDY, 16, n_draft=0) for p in prompts]
-    )
+    scheduler = Scheduler(backend, config)
+    scheduler.policy = FilledDrafts(3)  # type: ignore[assignment]
+    sinks = run(scheduler, [GenerationRequest(p, GREEDY, 16, n_draft=0) for p in prompts])
     assert [s.tokens for s in sinks] == [solo_greedy(p, 16) for p in prompts]
     assert backend.followed > 10
