@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from engine.backend import (
     Backend,
+    BackendError,
     Launched,
     RowKind,
     SlotStep,
@@ -217,9 +218,12 @@ class Scheduler:
         self._inflight = None
         following = self._following(launched.plan)
         nxt: Launched | None = None
-        try:
-            if following is not None:
+        if following is not None:
+            try:
                 nxt = self.backend.launch(following, launched)  # type: ignore[attr-defined]
+            except BackendError:  # refused before anything was queued: read this one back alone
+                nxt = None
+        try:
             self._flush()
             result: StepResult = self.backend.collect(launched)  # type: ignore[attr-defined]
         except Exception as error:  # both steps' slots (the second's are among the first's)

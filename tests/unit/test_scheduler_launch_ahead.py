@@ -95,6 +95,29 @@ def test_launched_ahead_steps_give_the_tokens_of_plain_steps() -> None:
     assert [s.tokens for s in again] == [s.tokens for s in sinks] and plain.followed == 0
 
 
+def test_a_refused_follower_costs_no_tokens() -> None:
+    """A backend that refuses a following step (its checks raise before it queues anything)
+    leaves the step in flight to be read back alone: every request still gets its tokens."""
+
+    class RefusingBackend(LaunchingFakeBackend):
+        refused = 0
+
+        def launch(self, plan: StepPlan, follow: Launched | None = None) -> Launched:
+            if follow is not None and self.refused < 3:
+                self.refused += 1
+                raise BackendError("refused")
+            return super().launch(plan, follow)
+
+    prompts = [prompt(60 + i, 18 + 5 * i) for i in range(3)]
+    backend = RefusingBackend()
+    scheduler = Scheduler(backend, OFF)
+    sinks = run(scheduler, [GenerationRequest(p, GREEDY, 14) for p in prompts])
+    assert [s.tokens for s in sinks] == [solo_greedy(p, 14) for p in prompts]
+    assert all(s.finished is not None and s.finished.reason == "length" for s in sinks)
+    assert backend.refused == 3 and backend.followed > 5
+    _records_match(scheduler, backend)
+
+
 def test_a_stop_while_the_next_step_runs_leaves_the_slot_reusable() -> None:
     """The request stops at a token the step in flight already took as its input: the slot
     then holds that token too (as a follow-up's prompt has it next); the follow-up reuses the
