@@ -95,9 +95,6 @@ class FilledDrafts:
     pending token repeated). With the scheduler's `force_accept` every decode step of such a
     request then carries and accepts n_draft + 1 tokens: speculation at 100 % acceptance."""
 
-    # DraftPolicy's fields the scheduler reads: drafts from the host (no MTP head), so a
-    # request asking for none (speculation off) still has its steps launched ahead
-    mode = "lookup"
     needs_context = False  # the scheduler then skips copying the slot's context each step
     uses_mtp = False  # the backend is not asked for MTP proposals nobody reads
 

@@ -64,6 +64,13 @@ class DraftPolicy:
     def uses_mtp(self) -> bool:
         return self.mode in ("mtp", "mtp+lookup") and self.n_draft > 0
 
+    def proposes(self, n_draft: int, has_mtp: bool) -> bool:
+        """Whether a call asking for n_draft drafts may return any, where the backend runs the
+        MTP head or not (the scheduler launches a step ahead only for slots that cannot draft)."""
+        if self.mode == "off" or min(n_draft, self.n_draft) <= 0:
+            return False
+        return self.mode != "mtp" or has_mtp
+
     def __call__(self, context: Sequence[int], mtp: Sequence[int], n_draft: int) -> list[int]:
         limit = min(n_draft, self.n_draft)
         if self.mode == "off" or limit <= 0:

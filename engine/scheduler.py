@@ -256,12 +256,12 @@ class Scheduler:
 
     def _wants_drafts(self, job: Job) -> bool:
         """Whether the slot's next groups may carry drafts (then each step waits for the last)."""
-        if job.request.draft_provider is not None:
-            return True
-        if self.policy.mode == "off" or min(self._n_draft(job), self.policy.n_draft) <= 0:
+        wanted = self._n_draft(job)
+        if wanted <= 0:  # as in _apply: the provider is not even asked
             return False
-        # MTP drafts only where the backend runs the head
-        return self.policy.mode != "mtp" or bool(getattr(self.backend, "has_mtp", False))
+        provider = job.request.draft_provider or self.policy
+        proposes = getattr(provider, "proposes", None)  # a provider without it may draft
+        return proposes is None or proposes(wanted, bool(getattr(self.backend, "has_mtp", False)))
 
     def _following(self, plan: StepPlan) -> StepPlan | None:
         """The step after `plan` (in flight, not read back), to launch now: one more row for

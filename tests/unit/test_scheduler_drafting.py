@@ -26,6 +26,17 @@ def test_policy_prefers_lookup_and_falls_back_to_mtp() -> None:
         DraftPolicy("always", 2)
 
 
+def test_policy_says_when_it_may_propose() -> None:
+    """`proposes` is False exactly where a call can return nothing: mode off, no drafts asked
+    or allowed, MTP alone on a backend without the head."""
+    context, mtp = [1, 2, 3, 9, 1, 2, 3], [7, 8]
+    for mode in ("off", "mtp", "lookup", "mtp+lookup"):
+        for n_draft, allowed, has_mtp in [(2, 2, True), (0, 2, True), (2, 0, True), (2, 2, False)]:
+            policy = DraftPolicy(mode, allowed)
+            proposed = policy(context, mtp if has_mtp else [], n_draft)
+            assert policy.proposes(n_draft, has_mtp) == bool(proposed), (mode, n_draft, has_mtp)
+
+
 def test_scripted_drafts_follow_a_known_sequence() -> None:
     scripted = ScriptedDrafts([[1, 2, 3, 4, 5, 6]], n_draft=2)
     assert scripted([1, 2, 3], [], 4) == [4, 5]

@@ -242,8 +242,8 @@ def test_the_reference_backend_launches_ahead_with_the_same_tokens(tmp_path: Pat
 def test_the_benchmarks_speculation_off_requests_launch_ahead() -> None:
     """bench/parallel.py's server (`serve_main`) replaces the scheduler's draft policy with
     FilledDrafts and forces acceptance; its speculation-off figures come from requests asking
-    for no drafts (`n_draft` 0): those launch ahead (on the H200 a policy without DraftPolicy's
-    `mode` failed every such request, v21d)."""
+    for no drafts (`n_draft` 0): those launch ahead (on the H200 the scheduler read DraftPolicy's
+    `mode` off FilledDrafts, which failed every such request, v21d)."""
     from bench.parallel import FilledDrafts
 
     config = SchedulerConfig(speculation="lookup", n_draft=3, force_accept=True, max_chunk=32)
