@@ -234,9 +234,11 @@ def prefill(backend: Any, n_tokens: int, chunk: int = 512) -> float:
 
     import cupy as cp
 
+    from engine.cuda.forward import CAPTURE_ON_RUN
+
     tokens = tuple((i * 7919) % 1000 for i in range(n_tokens))
     seconds = 0.0
-    for _run in range(3):
+    for _run in range(CAPTURE_ON_RUN + 1):
         backend.reset_slot(0)
         cp.cuda.Device().synchronize()
         start = time.perf_counter()

@@ -144,7 +144,7 @@ def main() -> int:
         backend.launches_ahead = args.launch_ahead
         info["overlap"] = backend.overlaps_host_work
         info["launch_ahead"] = args.launch_ahead
-        scheduler = SchedulerConfig(speculation="off", launch_ahead=args.launch_ahead)
+        scheduler = SchedulerConfig(speculation="off")  # launches ahead where the backend does
         options = LaunchOptions(path, backend="cpu", scheduler=scheduler)
         app = create_app(served_model(backend, options))
         with serving_in_thread(app) as base:

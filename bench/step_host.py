@@ -89,8 +89,10 @@ def decode_steps(
         for s in range(slots):
             last[s] = result.for_slot(s).accepted[-1]
 
-    step()  # untimed: the first two steps of a layout run direct, the second is captured too
-    step()  # (~67 ms at 4 slots: forward.py CAPTURE_ON_RUN)
+    from engine.cuda.forward import CAPTURE_ON_RUN
+
+    for _ in range(CAPTURE_ON_RUN):  # untimed: a layout's first runs are direct, the last of
+        step()  # them captured too (~67 ms at 4 slots)
     totals: dict[str, float] = defaultdict(float)
     undo = [
         timed_methods(backend, ["_upload", "_finish", "_sync_page_table", "_extend"], totals),
