@@ -51,9 +51,10 @@
 // which is half of why wmat_gemm's results are wmat_rows's bit for bit.
 // X: f32 rows (XL < 0; ldx in floats), or the same rows as their producer already rounded them
 // (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; rows interleaved in groups
-// of 2^XL as `packed_at` says, XL a constant so the chunks' offsets are too; ldx in halves), so the fragment is one 8-byte load: no
-// conversions, half the bytes, half the registers for the unrolled loads (bench/NOTES.md v15:
-// products of 4-8 rows 5 % faster; v19: the interleaving, 8-row products 23 % faster).
+// of 2^XL as `packed_at` says, XL a constant so the chunks' offsets are too; ldx in halves),
+// so the fragment is one 8-byte load: no conversions, half the bytes, half the registers for
+// the unrolled loads (bench/NOTES.md v15: products of 4-8 rows 5 % faster; v19: the
+// interleaving, 8-row products 23 % faster).
 template <int XL>
 OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows) {
     uint2 b = make_uint2(0u, 0u);
