@@ -263,9 +263,6 @@ class CudaBackend:
             )
         copied = cp.cuda.Event(disable_timing=True)
         copied.record(stream)
-        for s in plan.slots:  # a follower starts where these end (one row, nothing to reject)
-            if s.kind is RowKind.DECODE and s.n_rows == 1:
-                self._lengths[s.slot] = s.end_pos
         return Launched(plan, _InFlight(started, group, queued, drawn, copied))
 
     def collect(self, launched: Launched) -> StepResult:
@@ -276,7 +273,7 @@ class CudaBackend:
         q = flight.queued
         drawn = flight.drawn[: q.n_sample].tolist()
         results = {s.slot: SlotResult(s.slot, [], n_rows=s.n_rows) for s in launched.plan.slots}
-        self._finish(flight.group, q.seg, q.sample_rows, drawn, None, results, launched=True)
+        self._finish(flight.group, q.seg, q.sample_rows, drawn, None, results)
         slots = [results[s.slot] for s in launched.plan.slots]
         return StepResult(slots, time.perf_counter() - flight.started)
 
@@ -344,6 +341,11 @@ class CudaBackend:
             raise BackendError(
                 f"{len(sample_rows)} rows to sample, the backend takes {ws.max_sample}"
             )
+        # a one-row decode group has nothing to reject, so its length is known now: a step
+        # launched to follow this one starts there; groups with drafts wait for `_finish`
+        for s, _, _ in group:
+            if s.kind is RowKind.DECODE and s.n_rows == 1:
+                self._lengths[s.slot] = s.end_pos
         row_from: list[int] = []
         if follow is not None:  # the row of each slot takes what `follow` drew for it
             drawn_at = {s.slot: j for j, (s, _, _) in enumerate(follow.sample_rows)}
@@ -414,7 +416,7 @@ class CudaBackend:
                 self._table[slot, :n] = pages
                 self.ws.page_table[slot, :n].set(pages)
 
-    def _finish(self, group: list[tuple[SlotStep, int, int]], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], drawn: list[int], logits: np.ndarray | None, results: dict[int, SlotResult], launched: bool = False) -> None:  # fmt: skip
+    def _finish(self, group: list[tuple[SlotStep, int, int]], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], drawn: list[int], logits: np.ndarray | None, results: dict[int, SlotResult]) -> None:  # fmt: skip
         by_slot: dict[int, dict[int, int]] = {}
         rows_of: dict[int, list[int]] = {}
         for j, (s, r, _) in enumerate(sample_rows):
@@ -445,9 +447,7 @@ class CudaBackend:
                 kept += 1
             res.accepted = [*s.drafts[:kept], drawn_rows[kept]]
             res.n_draft_accepted = kept
-            if not (launched and s.n_rows == 1):
-                # a launched one-row group's length was set at launch, and a step following
-                # it may have moved it on since
+            if s.n_rows > 1:  # one row: its length was set when it was queued
                 self._lengths[s.slot] = s.start_pos + kept + 1
             spans.append(Span(s.slot, row, s.start_pos, tuple(s.tokens[: kept + 1])))
             wants.append(Want(s.slot, res.accepted[-1], s.start_pos + kept + 1, s.n_draft))
