@@ -46,7 +46,7 @@ def measure(path: Path, server: LlamaServer) -> cases.Figures:
     model = ReferenceModel(open_gguf(path))
     oracle = Oracle(server.base_url, model.n_vocab)
     exact, theirs = [], []
-    for tokens in cases.prompts(model.n_vocab):
+    for tokens in cases.prompts(model.n_vocab, cases.LLAMACPP_PROMPTS):
         exact.append(model.forward(model.new_state(), tokens).logits)
         theirs.append(oracle.prompt_rows(tokens))
     # oracle = the exact result, candidate = llama.cpp: KL(exact ‖ llama.cpp), as the GPU test

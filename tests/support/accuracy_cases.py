@@ -2,9 +2,9 @@
 
 tests/gpu/test_cuda_backend.py measures the CUDA backend against the exact numpy reference
 (engine/reference.py) on these cases; tests/integration/test_llamacpp_quantized_accuracy.py
-measures llama.cpp's own quantized path on the same files, prompts and positions and keeps its
-figures in LLAMACPP_FIGURES, which the GPU test reads as the bar to beat (the GPU machine has no
-llama.cpp build). Changing a case here invalidates the stored figures: rerun the integration test
+measures llama.cpp's own quantized path on the same files and the first LLAMACPP_PROMPTS prompts
+and keeps its figures in LLAMACPP_FIGURES, which the GPU test reads as the bar to beat on those
+positions (the GPU machine has no llama.cpp build). Changing a case here invalidates the stored figures: rerun the integration test
 with OPENJET_UPDATE_ACCURACY=1.
 """
 
@@ -23,8 +23,18 @@ PRESET = "tiny"
 MODEL_SEED = 3
 MIXES = ("f32", "q8_0", "q4_k_m", "mixed")
 QUANTIZED_MIXES = ("q8_0", "q4_k_m", "mixed")
-N_PROMPTS = 4
+# 40 prompts of 120 tokens: 4,800 positions, so one top-1 flip is 0.02 % and the issue's 99.5 %
+# bar is 24 flips. With the first 4 prompts alone (480 positions, one flip 0.21 %) a numpy
+# emulation of the q8_0 KV pool on the exact reference, and nothing else, gives 99.38 % on the
+# f32 model (3 flips at near-ties) and 99.81 % over these 40 (bench/accuracy_emulation.py): the
+# smaller sample could not tell an engine at 99.5 % from one at 99.8 %.
+N_PROMPTS = 40
+# llama.cpp's figures cover the first 4 (its oracle asks one request per position: over a
+# minute per 480 positions and mix on a 2-core machine); at 88-95 % top-1 they sit far below
+# ours at any sample size, so the comparison needs no more
+LLAMACPP_PROMPTS = 4
 PROMPT_LENGTH = 120
+SLOTS = 4  # the GPU test's backend slots, each reset before its next prompt
 CHUNK = 40  # the GPU test prefills each prompt in chunks of this many tokens
 LLAMACPP_FIGURES = Path(__file__).resolve().parents[1] / "data" / "llamacpp_quantized_path.json"
 
@@ -34,9 +44,10 @@ def prompt(seed: int, n: int, vocab: int) -> tuple[int, ...]:
     return tuple(int(t) for t in np.random.default_rng(seed).integers(0, vocab, n))
 
 
-def prompts(n_vocab: int) -> list[tuple[int, ...]]:
-    """The accuracy prompts; prompt i is what the GPU test prefills into slot i."""
-    return [prompt(slot + 1, PROMPT_LENGTH, n_vocab) for slot in range(N_PROMPTS)]
+def prompts(n_vocab: int, count: int = N_PROMPTS) -> list[tuple[int, ...]]:
+    """The first `count` accuracy prompts, in the order the GPU test prefills them (slot i %
+    SLOTS); each holds PROMPT_LENGTH positions."""
+    return [prompt(i + 1, PROMPT_LENGTH, n_vocab) for i in range(count)]
 
 
 def chunks(tokens: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -59,7 +70,7 @@ def case_description() -> dict[str, Any]:
     return {
         "preset": PRESET,
         "model_seed": MODEL_SEED,
-        "prompt_seeds": [slot + 1 for slot in range(N_PROMPTS)],
+        "prompt_seeds": [i + 1 for i in range(LLAMACPP_PROMPTS)],
         "prompt_length": PROMPT_LENGTH,
     }
 

@@ -1,0 +1,206 @@
+"""What the CUDA backend's number formats cost in accuracy, emulated in numpy: the exact reference
+run on the accuracy cases of issue 4 (tests/support/accuracy_cases.py) against the same reference
+with the backend's roundings put in, one source or several:
+
+- `kv`: every key and value rounded through q8_0 before it joins the cache, as the pool stores
+  them (an f32 model's only source: its products are exact f32 on the GPU);
+- `f16`: product operands rounded to f16 once (activations, and each dequantized weight), the
+  best any engine with f16 tensor-core operands can do;
+- `gpu`: the activations in f16 and the weights as quant.cuh dequantizes them: Q4_K/Q5_K as
+  f16(q * f16(d*sc) - f16(dmin*m)), Q6_K as f16(q * f16(d*sc)), Q8_0 as f16(q * d). The f16
+  scale products carry an error of the size of the min term's last bit into every weight of
+  a sub-block, where rounding the weight once would not.
+
+F32 weights (every weight of the f32 mix; the DeltaNet alpha and beta projections of every mix)
+keep exact products, as mm_f32_exact gives them, and the token embedding stays exact (the GPU
+gathers its rows in f32). Printed after 4, 10, 20 and all prompts, to
+show how far a small sample's figure can sit from the whole one. CPU only, seconds per mix.
+
+    python bench/accuracy_emulation.py --mix q4_k_m --sources kv,gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import (
+    quants,
+    reference,
+    reference_attention,
+    reference_deltanet,
+    reference_ops,
+    reference_state,
+)
+from engine.gguf_file import open_gguf
+from engine.reference import ReferenceModel
+from engine.reference_ops import log_softmax
+from tests.support import accuracy_cases as cases
+
+REPORT_AFTER = (4, 10, 20)
+SOURCES = ("kv", "f16", "gpu")
+
+
+def q8_0_round_trip(values: np.ndarray) -> np.ndarray:
+    """values as a q8_0 pool returns them (blocks of 32 along the last axis: the head dim)."""
+    flat = np.ascontiguousarray(values, np.float32).reshape(-1)
+    back = quants.dequantize(quants.quantize(flat, quants.Q8_0), quants.Q8_0, flat.shape)
+    return np.asarray(back, np.float32).reshape(values.shape)
+
+
+def _f16(values: np.ndarray) -> np.ndarray:
+    """Rounded to the nearest f16 (from f64, so one rounding), as f64."""
+    return np.asarray(values, np.float64).astype(np.float16).astype(np.float64)
+
+
+def _gpu_k4(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Q4_K/Q5_K codes q [n, 8, 32] of blocks, as the fragments' hfma2 builds each weight."""
+    n = blocks.shape[0]
+    d, dmin = quants._f16(blocks[:, 0:2]), quants._f16(blocks[:, 2:4])
+    sc, mn = quants.unpack_scale_min_k4(blocks[:, 4:16])
+    ds = _f16(d.astype(np.float64) * sc).reshape(n, 8, 1)
+    dm = _f16(dmin.astype(np.float64) * mn).reshape(n, 8, 1)
+    return _f16(q * ds - dm).reshape(-1, quants.QK_K)
+
+
+def _gpu_q4_k(blocks: np.ndarray) -> np.ndarray:
+    return _gpu_k4(blocks, quants._nibbles(blocks[:, 16:144]).astype(np.float64))
+
+
+def _gpu_q5_k(blocks: np.ndarray) -> np.ndarray:
+    n = blocks.shape[0]
+    qh = blocks[:, 16:48].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    q = quants._nibbles(blocks[:, 48:176]) | ((qh & 0x01) << 4)
+    return _gpu_k4(blocks, q.astype(np.float64))
+
+
+def _gpu_q6_k(blocks: np.ndarray) -> np.ndarray:
+    n = blocks.shape[0]
+    sc = blocks[:, 192:208].view(np.int8).astype(np.float64)
+    d = quants._f16(blocks[:, 208:210]).astype(np.float64)
+    ds = _f16(d * sc).reshape(n, 16, 1)
+    mult = (d * sc).reshape(n, 16, 1)
+    q = quants._deq_q6_k(blocks).astype(np.float64).reshape(n, 16, 16) / np.where(mult, mult, 1)
+    return _f16(np.rint(q) * ds).reshape(-1, quants.QK_K)
+
+
+def _gpu_q8_0(blocks: np.ndarray) -> np.ndarray:
+    return _f16(quants._deq_q8_0(blocks))
+
+
+def _once_f16(kind: int) -> Callable[[np.ndarray], np.ndarray]:
+    exact = quants._DEQUANT_BLOCKS[kind]
+    return lambda blocks: _f16(exact(blocks))
+
+
+@contextmanager
+def replaced(target: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, old)
+
+
+@contextmanager
+def dequantized_as(source: str) -> Iterator[None]:
+    """Within the block, quantized weights dequantize as `source` ("f16" or "gpu") says."""
+    table = quants._DEQUANT_BLOCKS
+    patch: dict[int, Callable[[np.ndarray], np.ndarray]]
+    if source == "gpu":
+        patch = {quants.Q4_K: _gpu_q4_k, quants.Q5_K: _gpu_q5_k, quants.Q6_K: _gpu_q6_k,
+                 quants.Q8_0: _gpu_q8_0}  # fmt: skip
+    else:
+        patch = {kind: _once_f16(kind) for kind in table}
+    old = dict(table)
+    table.update(patch)
+    try:
+        yield
+    finally:
+        table.clear()
+        table.update(old)
+
+
+def f16_activations(model: ReferenceModel) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """reference_ops.linear with the activations rounded to f16, except for the weights kept
+    in f32 (those whose values are not all f16 numbers: the f32 tensors)."""
+    f16_weights: dict[int, bool] = {}
+
+    def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        key = id(weight)
+        if key not in f16_weights:
+            f16_weights[key] = bool(np.array_equal(weight, weight.astype(np.float16)))
+        if f16_weights[key]:
+            x = x.astype(np.float16).astype(np.float32)
+        return reference_ops.linear(x, weight)
+
+    return linear
+
+
+@contextmanager
+def emulated(sources: set[str], linear: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Iterator[None]:  # fmt: skip
+    """Within the block, the reference computes with the roundings of `sources`."""
+    with ExitStack() as stack:
+        if "kv" in sources:
+            exact_append = reference_state.KVCache.append
+
+            def append(self: reference_state.KVCache, keys: np.ndarray, values: np.ndarray) -> None:  # fmt: skip
+                exact_append(self, q8_0_round_trip(keys), q8_0_round_trip(values))
+
+            stack.enter_context(replaced(reference_state.KVCache, "append", append))
+        if sources & {"f16", "gpu"}:
+            for module in (reference, reference_attention, reference_deltanet):
+                stack.enter_context(replaced(module, "linear", linear))
+        yield
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mix", default="f32", choices=cases.MIXES)
+    parser.add_argument("--prompts", type=int, default=cases.N_PROMPTS)
+    parser.add_argument("--sources", default="kv", help=f"comma-separated, of {SOURCES}")
+    args = parser.parse_args()
+    sources = set(args.sources.split(","))
+    if not sources <= set(SOURCES) or {"f16", "gpu"} <= sources:
+        parser.error(f"--sources: some of {SOURCES}, at most one of f16 and gpu")
+    with tempfile.TemporaryDirectory() as folder:
+        path = cases.write_models(Path(folder), (args.mix,))[args.mix]
+        exact_model = ReferenceModel(open_gguf(path))
+        weights = sources & {"f16", "gpu"}
+        with dequantized_as(weights.pop()) if weights else nullcontext():
+            model = ReferenceModel(open_gguf(path))
+    # the embedding rows are gathered in f32 on the GPU (embed_rows), not through the products
+    model.weights = replace(model.weights, embed=exact_model.weights.embed)
+    linear = f16_activations(model)
+    agree: list[np.ndarray] = []
+    kl: list[np.ndarray] = []
+    for i in range(args.prompts):
+        tokens = cases.prompt(i + 1, cases.PROMPT_LENGTH, model.n_vocab)
+        exact = exact_model.forward(exact_model.new_state(), tokens).logits
+        with emulated(sources, linear):
+            rounded = model.forward(model.new_state(), tokens).logits
+        lp, lq = log_softmax(exact), log_softmax(rounded)
+        kl.append(np.sum(np.exp(lp) * (lp - lq), axis=-1))
+        agree.append(np.argmax(exact, -1) == np.argmax(rounded, -1))
+        if i + 1 in REPORT_AFTER or i + 1 == args.prompts:
+            a = np.concatenate(agree)
+            print(
+                f"{args.mix}, {args.sources}, {i + 1} prompts ({a.size} positions): "
+                f"top-1 {100 * a.mean():.2f} % ({int((~a).sum())} flips), "
+                f"mean KL {np.concatenate(kl).mean():.2e}"
+            )
+
+
+if __name__ == "__main__":
+    main()
