@@ -9,12 +9,15 @@
 // split the K super-blocks round-robin (fixed by K, never by R) and are summed in warp order at
 // the end, so a row's result does not depend on how many other rows share the launch (batch
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
-// (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
-// cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2 prefetches of
-// the blocks 2-8 super-blocks ahead 1-10 % slower, a ring with truly two super-blocks in
-// flight no faster, and a dequantization with 13 % fewer instructions no faster either: the
-// products' speed follows the shape of their launches (fill, drain, the last partial wave),
-// not the loop's bytes in flight or its instruction count; bench/NOTES.md v15f, v16, v17.)
+// (quant.cuh), activations are rounded to f16. Q4_K and Q5_K leave a per-row factor of each
+// super-block out of the A values (`Frag::kPost`): a CTA multiplies the super-block's f32
+// partial sums by it, in the same order in both kernels. (A variant that staged the weights
+// through a cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2
+// prefetches of the blocks 2-8 super-blocks ahead 1-10 % slower, a ring with truly two
+// super-blocks in flight no faster, and a dequantization with 13 % fewer instructions no
+// faster either: the products' speed follows the shape of their launches (fill, drain, the
+// last partial wave), not the loop's bytes in flight or its instruction count; bench/NOTES.md
+// v15f, v16, v17.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
@@ -172,7 +175,25 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
-        mma_superblock<Frag, MT, NT, XL>(ring[0], acc, X, ldx, sb, nrows, gid, t);
+        if constexpr (Frag::kPost) {  // the super-block's partial sums, then its row factors
+            float part[MT][NT][4];
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) part[m][n][i] = 0.0f;
+            mma_superblock<Frag, MT, NT, XL>(ring[0], part, X, ldx, sb, nrows, gid, t);
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)  // accumulator i is row gid (i < 2) or gid + 8
+                        acc[m][n][i] = fmaf(ring[0][m][i >> 1].post, part[m][n][i], acc[m][n][i]);
+        } else {
+            mma_superblock<Frag, MT, NT, XL>(ring[0], acc, X, ldx, sb, nrows, gid, t);
+        }
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d)
 #pragma unroll
@@ -307,8 +328,9 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     X = (const char*)X + (size_t)rbase * ldx * (XL >= 0 ? 2 : 4);
     Y += (size_t)rbase * ldy;
 
-    GemmTiles total, acc;
+    GemmTiles total, acc, part;  // part: one super-block's sums (Frag::kPost), else unused
     tiles_zero(total);
+    float post[2][2];  // Frag::kPost: the factors of this warp's rows (m-tile i, gid + 8h)
 
     const int nsb = W.cols >> 8;
     // Software pipeline over the (class, super-block) sequence: the next super-block's raw
@@ -330,6 +352,15 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
                 load(fnext, same_class ? sb + MM_NW : w + 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h].prep(t);
+            GemmTiles& dst = Frag::kPost ? part : acc;
+            if constexpr (Frag::kPost) {
+                tiles_zero(part);
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        post[i][h] = Frag::load_post(W, min(row0 + 16 * (2 * wm + i) + 8 * h + gid, W.rows - 1), sb);
+            }
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -359,9 +390,18 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
                     for (int i = 0; i < 2; ++i)
 #pragma unroll
                         for (int j = 0; j < 4; ++j)
-                            mma_16816(acc[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
+                            mma_16816(dst[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
                 }
                 __syncthreads();  // the next half overwrites As and Bs
+            }
+            if constexpr (Frag::kPost) {  // in wmat_rows's order: the factor after the 16 chunks
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q)
+                            acc[i][j][q] = fmaf(post[i][q >> 1], part[i][j][q], acc[i][j][q]);
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h] = fnext[h];
