@@ -93,6 +93,17 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
     }
 }
 
+// Zero a warp's MT x NT mma accumulator tiles.
+template <int MT, int NT>
+OJ_DEV void zero_acc(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
+}
+
 // Sum the warps' partial tiles in warp order (red: smem of MM_NW * MT*NT*4 * 32 floats) and
 // store (or add) each output element.
 template <int MT, int NT>
@@ -134,12 +145,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
     Y += (size_t)rbase * ldy;
 
     float acc[MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
+    zero_acc(acc);
 
     const int nsb = W.cols >> 8;
     // Software pipeline: the raw blocks of this warp's next DEPTH super-blocks are loaded
@@ -177,12 +183,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
             for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
         if constexpr (Frag::kPost) {  // the super-block's partial sums, then its row factors
             float part[MT][NT][4];
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) part[m][n][i] = 0.0f;
+            zero_acc(part);
             mma_superblock<Frag, MT, NT, XL>(ring[0], part, X, ldx, sb, nrows, gid, t);
 #pragma unroll
             for (int m = 0; m < MT; ++m)
