@@ -74,10 +74,12 @@ def _gpu_k4(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def _gpu_q4_k(blocks: np.ndarray) -> np.ndarray:
+    """Q4_K blocks as FragQ4K dequantizes them."""
     return _gpu_k4(blocks, quants._nibbles(blocks[:, 16:144]).astype(np.float64))
 
 
 def _gpu_q5_k(blocks: np.ndarray) -> np.ndarray:
+    """Q5_K blocks as FragQ5K dequantizes them (the fifth bit from qh)."""
     n = blocks.shape[0]
     qh = blocks[:, 16:48].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
     q = quants._nibbles(blocks[:, 48:176]) | ((qh & 0x01) << 4)
@@ -85,6 +87,8 @@ def _gpu_q5_k(blocks: np.ndarray) -> np.ndarray:
 
 
 def _gpu_q6_k(blocks: np.ndarray) -> np.ndarray:
+    """Q6_K blocks as FragQ6K dequantizes them: f16(code * f16(d*sc)). The signed codes are
+    recovered from the exact dequantization (value / (d*sc), an integer up to f32 rounding)."""
     n = blocks.shape[0]
     sc = blocks[:, 192:208].view(np.int8).astype(np.float64)
     d = quants._f16(blocks[:, 208:210]).astype(np.float64)
@@ -95,16 +99,19 @@ def _gpu_q6_k(blocks: np.ndarray) -> np.ndarray:
 
 
 def _gpu_q8_0(blocks: np.ndarray) -> np.ndarray:
+    """Q8_0 blocks as FragQ8_0 dequantizes them: f16(q * d), one rounding."""
     return _f16(quants._deq_q8_0(blocks))
 
 
 def _once_f16(kind: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The exact dequantizer of `kind`, each weight then rounded to f16 once."""
     exact = quants._DEQUANT_BLOCKS[kind]
     return lambda blocks: _f16(exact(blocks))
 
 
 @contextmanager
 def replaced(target: Any, name: str, value: Any) -> Iterator[None]:
+    """Within the block, target.name is value."""
     old = getattr(target, name)
     setattr(target, name, value)
     try:

@@ -1,0 +1,50 @@
+"""bench/accuracy_emulation.py: its roundings are the ones it claims, and they stay inside the
+block that asks for them (the reference is shared by every other test)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench import accuracy_emulation as emu
+from engine import quants, reference, reference_ops, reference_state
+
+
+def _k4_blocks(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((n, quants.QK_K)).astype(np.float32) * 0.05
+    return quants.quantize(values.reshape(-1), quants.Q4_K).reshape(n, -1)
+
+
+def test_q8_0_round_trip_is_a_q8_0_rounding() -> None:
+    x = np.random.default_rng(0).standard_normal((3, 2, 64)).astype(np.float32)
+    once = emu.q8_0_round_trip(x)
+    assert once.shape == x.shape
+    step = np.abs(x).reshape(-1, 32).max(axis=1) / 127  # one q8_0 step per 32-wide block
+    assert (np.abs(once - x).reshape(-1, 32) <= step[:, None] * 0.51 + 1e-7).all()
+    assert np.array_equal(emu.q8_0_round_trip(once), once)  # already on the grid
+
+
+def test_gpu_q4_k_rounds_the_scale_products_and_the_weight() -> None:
+    blocks = _k4_blocks(8, 1)
+    exact = quants._deq_q4_k(blocks).astype(np.float64)
+    gpu = emu._gpu_q4_k(blocks)
+    once = emu._f16(exact)
+    assert np.array_equal(gpu, gpu.astype(np.float16))  # f16 numbers
+    assert not np.array_equal(gpu, once)  # not merely the weight rounded once
+    assert np.abs(gpu - exact).mean() > np.abs(once - exact).mean()
+
+
+def test_emulation_stays_inside_its_block() -> None:
+    append, linear = reference_state.KVCache.append, reference.linear
+    table = dict(quants._DEQUANT_BLOCKS)
+
+    def stand_in(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return reference_ops.linear(x, w)
+
+    with emu.emulated({"kv", "gpu"}, stand_in), emu.dequantized_as("gpu"):
+        assert reference_state.KVCache.append is not append
+        assert reference.linear is stand_in
+        assert quants._DEQUANT_BLOCKS[quants.Q4_K] is emu._gpu_q4_k
+    assert reference_state.KVCache.append is append
+    assert reference.linear is linear
+    assert table == quants._DEQUANT_BLOCKS
