@@ -6,10 +6,11 @@ with the backend's roundings put in, one source or several:
   them (an f32 model's only source: its products are exact f32 on the GPU);
 - `f16`: product operands rounded to f16 once (activations, and each dequantized weight), the
   best any engine with f16 tensor-core operands can do;
-- `gpu`: the activations in f16 and the weights as quant.cuh dequantizes them: Q4_K/Q5_K as
-  f16(q * f16(d*sc) - f16(dmin*m)), Q6_K as f16(q * f16(d*sc)), Q8_0 as f16(q * d). The f16
-  scale products carry an error of the size of the min term's last bit into every weight of
-  a sub-block, where rounding the weight once would not.
+- `gpu`: the activations in f16 and the weights as quant.cuh dequantizes them: Q4_K/Q5_K with
+  d applied after the product to A = (sc*q - m*dmin/d) * 2^-14, rounded about once (`_gpu_k4`;
+  before, as f16(q * f16(d*sc) - f16(dmin*m)), whose f16 scale products put an error of the
+  size of the min term's last bit into every weight of a sub-block), Q6_K as
+  f16(q * f16(d*sc)), Q8_0 as f16(q * d).
 
 F32 weights (every weight of the f32 mix; the DeltaNet alpha and beta projections of every mix)
 keep exact products, as mm_f32_exact gives them, and the token embedding stays exact (the GPU
@@ -64,13 +65,19 @@ def _f16(values: np.ndarray) -> np.ndarray:
 
 
 def _gpu_k4(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Q4_K/Q5_K codes q [n, 8, 32] of blocks, as the fragments' hfma2 builds each weight."""
+    """Q4_K/Q5_K codes q [n, 8, 32] of blocks, as the fragments build each weight: A = (sc*q -
+    m*dmin/d) * 2^-14 as fma(q, sc, mr) + ml in f16 (mr + ml the min term as an f16 pair), and d
+    applied in f32 after the product (d = 0: A = -m * 2^-14 and dmin instead of d)."""
     n = blocks.shape[0]
-    d, dmin = quants._f16(blocks[:, 0:2]), quants._f16(blocks[:, 2:4])
-    sc, mn = quants.unpack_scale_min_k4(blocks[:, 4:16])
-    ds = _f16(d.astype(np.float64) * sc).reshape(n, 8, 1)
-    dm = _f16(dmin.astype(np.float64) * mn).reshape(n, 8, 1)
-    return _f16(q * ds - dm).reshape(-1, quants.QK_K)
+    d = quants._f16(blocks[:, 0:2]).astype(np.float64).reshape(n, 1, 1)
+    dmin = quants._f16(blocks[:, 2:4]).astype(np.float64).reshape(n, 1, 1)
+    sc, mn = (v.reshape(n, 8, 1).astype(np.float64) for v in quants.unpack_scale_min_k4(blocks[:, 4:16]))  # fmt: skip
+    zero = d == 0
+    ratio = np.where(zero, 1.0, -dmin / np.where(zero, 1.0, d)) * 2.0**-14
+    min_term = mn * np.where(zero, -(2.0**-14), ratio)
+    hi = _f16(min_term)
+    a = _f16(_f16(q * np.where(zero, 0.0, sc) * 2.0**-14 + hi) + _f16(min_term - hi))
+    return (a * np.where(zero, dmin, d) * 2.0**14).reshape(-1, quants.QK_K)
 
 
 def _gpu_q4_k(blocks: np.ndarray) -> np.ndarray:

@@ -24,14 +24,15 @@ def test_q8_0_round_trip_is_a_q8_0_rounding() -> None:
     assert np.array_equal(emu.q8_0_round_trip(once), once)  # already on the grid
 
 
-def test_gpu_q4_k_rounds_the_scale_products_and_the_weight() -> None:
+def test_gpu_q4_k_is_about_one_rounding_off_the_exact_weights() -> None:
     blocks = _k4_blocks(8, 1)
     exact = quants._deq_q4_k(blocks).astype(np.float64)
     gpu = emu._gpu_q4_k(blocks)
     once = emu._f16(exact)
-    assert np.array_equal(gpu, gpu.astype(np.float16))  # f16 numbers
-    assert not np.array_equal(gpu, once)  # not merely the weight rounded once
-    assert np.abs(gpu - exact).mean() > np.abs(once - exact).mean()
+    assert not np.array_equal(gpu, exact)
+    # the post-scaled fragments: within a few f16 roundings of each weight, where rounding
+    # d*sc and dmin*m first (the fragments before) put every weight several times further off
+    assert np.abs(gpu - exact).mean() < 2 * np.abs(once - exact).mean()
 
 
 def test_emulation_stays_inside_its_block() -> None:
