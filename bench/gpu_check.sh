@@ -14,6 +14,8 @@
 #                                    variants, the attention variants at 512-23K contexts
 #                                    (CONTEXTS, default 16,16tc) and OpenJet's server
 #                                    (bench/parallel.py --engines openjet; carry: .whl)
+#   trace                            OpenJet's server at 1 and 4 agents, its backend calls traced
+#                                    (bench/step_trace.py: the longest calls and gaps)
 #   ahead                            OpenJet's server (bench/parallel.py --engines openjet, 1 and
 #                                    4 agents, 4 at 23K) with launch-ahead, then without
 #   vs-llamacpp                      bench/vs_llamacpp.py: llama.cpp CUDA build (~5 min, in the
@@ -91,6 +93,11 @@ if [ "$MODE" = ahead ]; then  # OpenJet's server with launch-ahead on, then off 
       --budget 250 --scheduler "$fields" --json "$OUT/parallel_ahead${fields:+_off}.json" 2>&1 \
       | tee -a "$OUT/parallel_ahead.log" | grep "per agent\|goal"
   done
+fi
+if [ "$MODE" = trace ]; then  # OpenJet's server at 1 and 4 agents with its backend calls traced (~4 min)
+  timeout 260 python3 bench/parallel.py --engines openjet --agents 1,4 --context-agents "" \
+    --budget 230 --trace --json "$OUT/parallel_trace.json" 2>&1 | tee "$OUT/parallel_trace.log" | grep "per agent"
+  python3 bench/step_trace.py "$OUT/openjet-trace.jsonl" --top 15 | tee "$OUT/trace_summary.txt"
 fi
 if [ "$MODE" = variants ]; then
   timeout 300 python3 bench/decode.py --step --variants --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.log"

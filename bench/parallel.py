@@ -74,6 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="SchedulerConfig fields for OpenJet's server, e.g. prefill_beside_decode=12",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="OpenJet's backend calls as openjet-trace.jsonl beside the results (bench/step_trace.py)",
+    )
     args = parser.parse_args(argv)
     args.sizes = Sizes.smoke() if args.smoke else Sizes.device()
     if args.agents:
@@ -121,6 +126,9 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--kv-tokens", type=int, required=True)
     parser.add_argument("--forced-drafts", type=int, default=3)
     parser.add_argument("--scheduler", default="")
+    parser.add_argument(
+        "--trace", type=Path, help="write the backend calls here, one JSON line each"
+    )
     args = parser.parse_args(argv)
     # FilledDrafts proposes (below); "lookup" keeps the backend's MTP head off, so the
     # speculation-off figures do not pay for a head nobody asks
@@ -139,8 +147,16 @@ def serve_main(argv: list[str]) -> int:
         scheduler=scheduler,
     )
     started = time.monotonic()
-    served = served_model(load_backend(args.backend, options), options)
+    backend = load_backend(args.backend, options)
+    tracer = None
+    if args.trace:
+        from bench.step_trace import TracingBackend
+
+        tracer = TracingBackend(backend, args.trace.open("w", encoding="utf-8"))
+    served = served_model(tracer or backend, options)
     served.scheduler.policy = FilledDrafts(args.forced_drafts)  # type: ignore[assignment]
+    if tracer is not None:
+        served.scheduler.add_flush_hook(tracer.flushed)
     print(f"model loaded in {time.monotonic() - started:.1f} s", flush=True)
     uvicorn.run(create_app(served), host="127.0.0.1", port=args.port, log_level="warning")
     return 0
@@ -175,6 +191,8 @@ class OpenJetProcess:
         command += ["--backend", sizes.backend, "--port", str(self.port)]
         command += ["--slots", str(sizes.slots), "--kv-tokens", str(sizes.kv_tokens)]
         command += ["--forced-drafts", str(args.forced_drafts), "--scheduler", args.scheduler]
+        if args.trace:
+            command += ["--trace", str(log.with_name("openjet-trace.jsonl"))]
         with log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{self.port}"
