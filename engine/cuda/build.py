@@ -169,6 +169,9 @@ class MatmulConfig:
     few_rows: int = 12
     mt_few: int = 1
     min_blocks_few: int = 3
+    # Q4_K/Q5_K: the super-block scale d on the f32 partial sums after the mma (quant.cuh
+    # kPost); False multiplies it into each weight in f16 instead (a bench variant)
+    k_post: bool = True
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -180,6 +183,7 @@ class MatmulConfig:
             f"-DMM_MINB1D={self.min_blocks1d}",
             f"-DMM_MTF={self.mt_few}",
             f"-DMM_MINBF={self.min_blocks_few}",
+            f"-DMM_KPOST={int(self.k_post)}",
         )
 
     def row_tile(

@@ -151,16 +151,27 @@ OJ_DEV void kquant_post_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], 
     }
 }
 
+// MM_KPOST 0 (MatmulConfig.k_post, a bench variant): the same A values times d * 2^14 in f16
+// inside the fragment (one more HMUL2 per weight pair, two roundings of each weight, no post
+// scaling in the products: bench/accuracy_emulation.py puts q4_k_m / mixed at 99.67 / 99.65 %
+// top-1 there, against 99.67 / 99.71 % with MM_KPOST 1). d * 2^14 overflows f16 for d > 4
+// (weights of magnitude ~4,000), far beyond any trained model's.
+#ifndef MM_KPOST
+#define MM_KPOST 1
+#endif
+OJ_DEV u32 kquant_weight_factor(float post) { return pack_h2(post, post); }
+
 // Q4_K: a nibble masked in place is already an f16: 0x000q read as f16 is the subnormal
 // q * 2^-24, exactly, and a high nibble 0x00q0 is 16q * 2^-24; so one fma.f16x2 by sc * 2^10
 // (or sc * 2^6) plus the min term, and its correction, make the A value: a pair of weights
 // costs a LOP3, an HFMA2 and an HADD2 (as many instructions as d*sc*q - dmin*m in f16 took).
 #define H2_SC_MUL 0x54006400u  // f16x2 (1024, 64): 2^10 for low-nibble sub-blocks, 2^6 for high
 struct FragQ4K {
-    static constexpr bool kPost = true;
+    static constexpr bool kPost = MM_KPOST != 0;
     uint4 hdr, q0, q1;
     u32 scm[4], mr[4], ml[4];  // sub-blocks 2G0, 2G0+1, 2G1, 2G1+1 (G as e0)
     float post;
+    u32 dw;  // !kPost: post as an f16x2 splat, applied to each weight
     OJ_DEV static float load_post(const WDesc& W, int row, int sb) {
         return kquant_post(*(const u32*)(W.p0 + unit_index(W, row, sb) * 144));
     }
@@ -177,6 +188,7 @@ struct FragQ4K {
     OJ_DEV void prep(int t) {
         post = kquant_post(hdr.x);
         kquant_post_splats(hdr, t, H2_SC_MUL, scm, mr, ml);
+        if (!kPost) dw = kquant_weight_factor(post);
     }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
@@ -184,6 +196,10 @@ struct FragQ4K {
         const u32 mask = h ? 0x00F000F0u : 0x000F000Fu;
         a02 = hadd2(hfma2(word & mask, scm[s], mr[s]), ml[s]);
         a13 = hadd2(hfma2((word >> 8) & mask, scm[s], mr[s]), ml[s]);
+        if (!kPost) {
+            a02 = hmul2(a02, dw);
+            a13 = hmul2(a13, dw);
+        }
     }
 };
 
@@ -191,10 +207,11 @@ struct FragQ4K {
 // 64 is a normal f16 there) plus the min term and its correction.
 #define H2_2M14 0x04000400u  // 2^-14
 struct FragQ5K {
-    static constexpr bool kPost = true;
+    static constexpr bool kPost = MM_KPOST != 0;
     uint4 hdr, qh, q0, q1;
     u32 scm[4], mr[4], ml[4];
     float post;
+    u32 dw;  // as FragQ4K's
     int t_;
     OJ_DEV static float load_post(const WDesc& W, int row, int sb) {
         return kquant_post(*(const u32*)(W.p0 + unit_index(W, row, sb) * 176));
@@ -211,6 +228,7 @@ struct FragQ5K {
     OJ_DEV void prep(int t) {
         post = kquant_post(hdr.x);
         kquant_post_splats(hdr, t, H2_2M14, scm, mr, ml);
+        if (!kPost) dw = kquant_weight_factor(post);
     }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
@@ -222,6 +240,10 @@ struct FragQ5K {
         const u32 p13 = ((nib >> 8) & 0x000F000Fu) | (((hw >> (bit + 8)) & 0x00010001u) << 4) | H2_1024;
         a02 = hadd2(hfma2(hsub2(p02, H2_1024), scm[s], mr[s]), ml[s]);
         a13 = hadd2(hfma2(hsub2(p13, H2_1024), scm[s], mr[s]), ml[s]);
+        if (!kPost) {
+            a02 = hmul2(a02, dw);
+            a13 = hmul2(a13, dw);
+        }
     }
 };
 
