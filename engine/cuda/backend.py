@@ -279,22 +279,30 @@ class CudaBackend:
 
     def _passes(self, plan: StepPlan) -> list[list[tuple[SlotStep, int, int]]]:
         """Split a plan into passes of (slot step, first row, end row): prefill chunks with
-        checkpoints stop at each checkpoint; drafts ride in a pass short enough to be replayed."""
+        checkpoints stop at each checkpoint, and the k-th pieces of all such chunks share the
+        k-th pass (the first one beside the rows without cuts, unless those carry drafts), so
+        four prompts starting together take two passes, not eight; drafts ride in a pass short
+        enough to be replayed."""
         plain: list[tuple[SlotStep, int, int]] = []
-        passes: list[list[tuple[SlotStep, int, int]]] = []
+        staged: list[list[tuple[SlotStep, int, int]]] = []  # each cut chunk's pieces, in order
         for s in plan.slots:
             cuts = sorted(c - s.start_pos for c in s.checkpoints if c < s.end_pos)
             if cuts:
                 bounds = [0, *cuts, s.n_rows]
-                passes += [[(s, a, b)] for a, b in itertools.pairwise(bounds)]
+                staged.append([(s, a, b) for a, b in itertools.pairwise(bounds)])
             else:
                 plain.append((s, 0, s.n_rows))
+        depth = max((len(pieces) for pieces in staged), default=0)
+        layers = [[pieces[k] for pieces in staged if k < len(pieces)] for k in range(depth)]
         drafts = [p for p in plain if p[0].kind is RowKind.DECODE and p[0].n_rows > 1]
-        rows = sum(b - a for _, a, b in plain)
-        if drafts and rows > self.ws.t_save:
-            rest = [p for p in plain if p not in drafts]
-            return [*([rest] if rest else []), drafts, *passes]
-        return [*([plain] if plain else []), *passes]
+        if drafts:  # their pass is replayed after verification: no prompt pieces join it
+            rows = sum(b - a for _, a, b in plain)
+            if rows > self.ws.t_save:
+                rest = [p for p in plain if p not in drafts]
+                return [*([rest] if rest else []), drafts, *layers]
+            return [plain, *layers]
+        first = plain + (layers[0] if layers else [])
+        return [*([first] if first else []), *layers[1:]]
 
     def _run_pass(
         self,
