@@ -282,6 +282,37 @@ def test_checkpoint_restore_repeats_the_continuation(models: dict[str, Path]) ->
     assert _greedy_from(backend, again, 8) == first
 
 
+def test_prompts_cut_at_checkpoints_together_match_each_alone(models: dict[str, Path]) -> None:
+    """Three prompts in one step, each cut at two checkpoints (CudaBackend._passes runs their
+    k-th pieces in one pass): the first token of each is what it gets alone, and each slot's
+    checkpoints restore to the same continuation."""
+    gguf = open_gguf(models["q4_k_m"])
+    backend = CudaBackend(from_gguf(gguf), n_slots=3, kv_tokens=4096, max_rows=256)
+    prompts = {s: _prompt(60 + s, 30 + 7 * s, gguf.config.n_vocab) for s in range(3)}
+    cuts = {s: (12 + s, len(p) - 1) for s, p in prompts.items()}
+    alone = {}
+    for s, p in prompts.items():
+        backend.reset_slot(s)
+        step = SlotStep(s, RowKind.PREFILL, p, 0, GREEDY)
+        alone[s] = backend.step(StepPlan((step,))).for_slot(s).accepted
+        backend.reset_slot(s)
+    plan = StepPlan(
+        tuple(
+            SlotStep(s, RowKind.PREFILL, p, 0, GREEDY, checkpoints=cuts[s])
+            for s, p in prompts.items()
+        )
+    )
+    result = backend.step(plan)
+    for s, p in prompts.items():
+        out = result.for_slot(s)
+        assert out.accepted == alone[s]
+        assert [length for length, _ in out.checkpoints] == list(cuts[s])
+        for length, ckpt in out.checkpoints:
+            backend.restore_checkpoint(s, ckpt)
+            rest = SlotStep(s, RowKind.PREFILL, p[length:], length, GREEDY)
+            assert backend.step(StepPlan((rest,))).for_slot(s).accepted == alone[s]
+
+
 def _greedy_from(backend: CudaBackend, tokens: list[int], n: int) -> list[int]:
     out = list(tokens)
     while len(out) < n:
