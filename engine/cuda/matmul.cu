@@ -9,15 +9,15 @@
 // split the K super-blocks round-robin (fixed by K, never by R) and are summed in warp order at
 // the end, so a row's result does not depend on how many other rows share the launch (batch
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
-// (quant.cuh), activations are rounded to f16. Q4_K and Q5_K leave a per-row factor of each
-// super-block out of the A values (`Frag::kPost`): a CTA multiplies the super-block's f32
-// partial sums by it, in the same order in both kernels. (A variant that staged the weights
-// through a cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2
-// prefetches of the blocks 2-8 super-blocks ahead 1-10 % slower, a ring with truly two
-// super-blocks in flight no faster, and a dequantization with 13 % fewer instructions no
-// faster either: the products' speed follows the shape of their launches (fill, drain, the
-// last partial wave), not the loop's bytes in flight or its instruction count; bench/NOTES.md
-// v15f, v16, v17.)
+// (quant.cuh), activations are rounded to f16. Q4_K and Q5_K (MatmulConfig.k_post, the
+// default) leave a per-row factor of each super-block out of the A values (`Frag::kPost`): a
+// CTA multiplies the super-block's f32 partial sums by it, in the same order in both kernels.
+// (A variant that staged the weights through a cp.async ring in shared memory was measured
+// 5-10 % slower at 1-8 rows, and L2 prefetches of the blocks 2-8 super-blocks ahead 1-10 %
+// slower, a ring with truly two super-blocks in flight no faster, and a dequantization with
+// 13 % fewer instructions no faster either: the products' speed follows the shape of their
+// launches (fill, drain, the last partial wave), not the loop's bytes in flight or its
+// instruction count; bench/NOTES.md v15f, v16, v17.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
@@ -299,14 +299,6 @@ OJ_MM_ALL_NT(f16, FragF16)
 // MM_NW, each class summed from zero in order, the classes added in order), so every output
 // element is bit for bit what wmat_rows gives, at any row count.
 using GemmTiles = float[2][4][4];  // a warp's 2 x 4 mma tiles of 4 accumulators
-OJ_DEV void tiles_zero(GemmTiles& a) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) a[i][j][q] = 0.0f;
-}
 OJ_DEV void tiles_add(GemmTiles& total, const GemmTiles& a) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -330,7 +322,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     Y += (size_t)rbase * ldy;
 
     GemmTiles total, acc, part;  // part: one super-block's sums (Frag::kPost), else unused
-    tiles_zero(total);
+    zero_acc(total);
     float post[2][2];  // Frag::kPost: the factors of this warp's rows (m-tile i, gid + 8h)
 
     const int nsb = W.cols >> 8;
@@ -345,7 +337,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     if (nsb > 0) load(fa, 0);
     oj_grid_dep();  // after the first weight loads, as in wmat_rows
     for (int w = 0; w < MM_NW; ++w) {
-        tiles_zero(acc);
+        zero_acc(acc);
         for (int sb = w; sb < nsb; sb += MM_NW) {
             // the next item: this class's next super-block, else the next class's first
             const bool same_class = sb + MM_NW < nsb;
@@ -355,7 +347,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
             for (int h = 0; h < 2; ++h) fa[h].prep(t);
             GemmTiles& dst = Frag::kPost ? part : acc;
             if constexpr (Frag::kPost) {
-                tiles_zero(part);
+                zero_acc(part);
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
 #pragma unroll

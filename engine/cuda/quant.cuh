@@ -103,6 +103,7 @@ OJ_DEV float rcp_approx(float x) {
 // 1.41e-4 against 3.5e-5 with each weight rounded once; top-1 99.44 % against 99.62 % over
 // 4,800 positions; this form: 3.3e-5, 99.67 %). (d = 0: the weight is -dmin*m, so post =
 // dmin * 2^14 and the sc term is dropped.)
+
 // The 6-bit scales and mins a thread needs (the two formats share the header), as exact f16
 // integers two at a time: sub-blocks (2g, 2g+1) in sc_lo / mn_lo and (4+2g, 5+2g) in sc_hi /
 // mn_hi (g = t >> 1).
