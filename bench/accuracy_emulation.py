@@ -45,7 +45,6 @@ from engine import (
 )
 from engine.gguf_file import open_gguf
 from engine.reference import ReferenceModel
-from engine.reference_ops import log_softmax
 from tests.support import accuracy_cases as cases
 
 REPORT_AFTER = (4, 10, 20)
@@ -94,15 +93,9 @@ def _gpu_q5_k(blocks: np.ndarray) -> np.ndarray:
 
 
 def _gpu_q6_k(blocks: np.ndarray) -> np.ndarray:
-    """Q6_K blocks as FragQ6K dequantizes them: f16(code * f16(d*sc)). The signed codes are
-    recovered from the exact dequantization (value / (d*sc), an integer up to f32 rounding)."""
-    n = blocks.shape[0]
-    sc = blocks[:, 192:208].view(np.int8).astype(np.float64)
-    d = quants._f16(blocks[:, 208:210]).astype(np.float64)
-    ds = _f16(d * sc).reshape(n, 16, 1)
-    mult = (d * sc).reshape(n, 16, 1)
-    q = quants._deq_q6_k(blocks).astype(np.float64).reshape(n, 16, 16) / np.where(mult, mult, 1)
-    return _f16(np.rint(q) * ds).reshape(-1, quants.QK_K)
+    """Q6_K blocks as FragQ6K dequantizes them: f16(code * f16(d*sc))."""
+    mult, q = quants.q6_k_parts(blocks)
+    return _f16(q * _f16(mult)).reshape(-1, quants.QK_K)
 
 
 def _gpu_q8_0(blocks: np.ndarray) -> np.ndarray:
@@ -146,7 +139,7 @@ def dequantized_as(source: str) -> Iterator[None]:
         table.update(old)
 
 
-def f16_activations(model: ReferenceModel) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def f16_activations() -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """reference_ops.linear with the activations rounded to f16, except for the weights kept
     in f32 (those whose values are not all f16 numbers: the f32 tensors)."""
     f16_weights: dict[int, bool] = {}
@@ -196,7 +189,7 @@ def main() -> None:
             model = ReferenceModel(open_gguf(path))
     # the embedding rows are gathered in f32 on the GPU (embed_rows), not through the products
     model.weights = replace(model.weights, embed=exact_model.weights.embed)
-    linear = f16_activations(model)
+    linear = f16_activations()
     agree: list[np.ndarray] = []
     kl: list[np.ndarray] = []
     for i in range(args.prompts):
@@ -204,8 +197,7 @@ def main() -> None:
         exact = exact_model.forward(exact_model.new_state(), tokens).logits
         with emulated(sources, linear):
             rounded = model.forward(model.new_state(), tokens).logits
-        lp, lq = log_softmax(exact), log_softmax(rounded)
-        kl.append(np.sum(np.exp(lp) * (lp - lq), axis=-1))
+        kl.append(reference_ops.kl_rows(exact, rounded))
         agree.append(np.argmax(exact, -1) == np.argmax(rounded, -1))
         if i + 1 in REPORT_AFTER or i + 1 == args.prompts:
             a = np.concatenate(agree)

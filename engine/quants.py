@@ -129,7 +129,9 @@ def _deq_q5_k(blocks: np.ndarray) -> np.ndarray:
     return (scale * q - offset).reshape(-1, QK_K)
 
 
-def _deq_q6_k(blocks: np.ndarray) -> np.ndarray:
+def q6_k_parts(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q6_K blocks -> (d*scale per 16-weight sub-block, float32 [n, 16, 1]; the signed codes,
+    int8 [n, 16, 16]): a weight is their product."""
     n = blocks.shape[0]
     ql, qh = blocks[:, 0:128], blocks[:, 128:192]
     scales = blocks[:, 192:208].view(np.int8).astype(np.float32)
@@ -142,7 +144,12 @@ def _deq_q6_k(blocks: np.ndarray) -> np.ndarray:
     )
     high = (high_shifted & 0x03).reshape(n, 8, 32)
     q = (low | (high << 4)).astype(np.int8) - np.int8(32)
-    return (mult * q.reshape(n, 16, 16).astype(np.float32)).reshape(-1, QK_K)
+    return mult, q.reshape(n, 16, 16)
+
+
+def _deq_q6_k(blocks: np.ndarray) -> np.ndarray:
+    mult, q = q6_k_parts(blocks)
+    return (mult * q.astype(np.float32)).reshape(-1, QK_K)
 
 
 DEQUANT_CHUNK_VALUES = 1 << 22

@@ -93,3 +93,15 @@ def log_softmax(logits: Array) -> Array:
     z = np.asarray(logits, dtype=np.float64)
     z = z - z.max(axis=-1, keepdims=True)
     return np.asarray(z - np.log(np.exp(z).sum(axis=-1, keepdims=True)))
+
+
+def kl_rows(exact: Array, other: Array) -> Array:
+    """KL(softmax(exact) ‖ softmax(other)) of each row of logits, in nats (for comparisons)."""
+    lp, lq = log_softmax(exact), log_softmax(other)
+    return np.asarray(np.sum(np.exp(lp) * (lp - lq), axis=-1))
+
+
+def top2_gap(logits: Array) -> Array:
+    """Each row's largest logit less its second largest (how clear its top-1 is)."""
+    top2 = np.sort(logits, axis=-1)[..., -2:]
+    return np.asarray(top2[..., 1] - top2[..., 0])

@@ -57,7 +57,7 @@ def _compare(path: Path, n_tokens: int) -> tuple[float, float, object]:
     from engine.cuda.model import from_gguf
     from engine.gguf_file import open_gguf
     from engine.reference import ReferenceModel
-    from engine.reference_ops import log_softmax
+    from engine.reference_ops import kl_rows, top2_gap
 
     gguf = open_gguf(path)
     tokens = tuple(
@@ -75,11 +75,9 @@ def _compare(path: Path, n_tokens: int) -> tuple[float, float, object]:
         assert logits is not None
         parts.append(logits)
     got = np.concatenate(parts)
-    lp, lq = log_softmax(want), log_softmax(got)
-    kl = float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
+    kl = float(np.mean(kl_rows(want, got)))
     agree = np.argmax(want, -1) == np.argmax(got, -1)
-    top2 = np.sort(want, -1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] >= CLEAR_GAP
+    clear = top2_gap(want) >= CLEAR_GAP
     if not agree[clear].all():
         kl = float("inf")  # a clear top-1 differs: as bad as it gets
     return float(agree.mean()), kl, backend
