@@ -6,8 +6,9 @@ with the backend's roundings put in, one source or several:
   them (an f32 model's only source: its products are exact f32 on the GPU);
 - `f16`: product operands rounded to f16 once (activations, and each dequantized weight), the
   best any engine with f16 tensor-core operands can do;
-- `gpu`: the activations in f16 and the weights as quant.cuh dequantizes them: Q4_K/Q5_K with
-  d applied after the product to A = (sc*q - m*dmin/d) * 2^-14, rounded about once (`_gpu_k4`;
+- `gpu`: the activations in f16 and the weights as quant.cuh dequantizes them: Q4_K/Q5_K as
+  A = (sc*q - m*dmin/d) * 2^-14, rounded about once, times f16(d * 2^14) in f16 (`_gpu_k4`;
+  with `--k-post`, MatmulConfig.k_post's form: d applied in f32 after the product;
   before, as f16(q * f16(d*sc) - f16(dmin*m)), whose f16 scale products put an error of the
   size of the min term's last bit into every weight of a sub-block), Q6_K as
   f16(q * f16(d*sc)), Q8_0 as f16(q * d).
@@ -63,10 +64,14 @@ def _f16(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, np.float64).astype(np.float16).astype(np.float64)
 
 
+K_POST = False  # MatmulConfig.k_post (--k-post)
+
+
 def _gpu_k4(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Q4_K/Q5_K codes q [n, 8, 32] of blocks, as the fragments build each weight: A = (sc*q -
-    m*dmin/d) * 2^-14 as fma(q, sc, mr) + ml in f16 (mr + ml the min term as an f16 pair), and d
-    applied in f32 after the product (d = 0: A = -m * 2^-14 and dmin instead of d)."""
+    m*dmin/d) * 2^-14 as fma(q, sc, mr) + ml in f16 (mr + ml the min term as an f16 pair), times
+    d * 2^14 in f16 (K_POST: in f32, as after the product) (d = 0: A = -m * 2^-14 and dmin
+    instead of d)."""
     n = blocks.shape[0]
     d = quants._f16(blocks[:, 0:2]).astype(np.float64).reshape(n, 1, 1)
     dmin = quants._f16(blocks[:, 2:4]).astype(np.float64).reshape(n, 1, 1)
@@ -76,7 +81,9 @@ def _gpu_k4(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
     min_term = mn * np.where(zero, -(2.0**-14), ratio)
     hi = _f16(min_term)
     a = _f16(_f16(q * np.where(zero, 0.0, sc) * 2.0**-14 + hi) + _f16(min_term - hi))
-    return (a * np.where(zero, dmin, d) * 2.0**14).reshape(-1, quants.QK_K)
+    post = np.where(zero, dmin, d) * 2.0**14
+    weight = a * post if K_POST else _f16(a * _f16(post))
+    return weight.reshape(-1, quants.QK_K)
 
 
 def _gpu_q4_k(blocks: np.ndarray) -> np.ndarray:
@@ -177,7 +184,10 @@ def main() -> None:
     parser.add_argument("--mix", default="f32", choices=cases.MIXES)
     parser.add_argument("--prompts", type=int, default=cases.N_PROMPTS)
     parser.add_argument("--sources", default="kv", help=f"comma-separated, of {SOURCES}")
+    parser.add_argument("--k-post", action="store_true", help="MatmulConfig.k_post's fragments")
     args = parser.parse_args()
+    global K_POST
+    K_POST = args.k_post
     sources = set(args.sources.split(","))
     if not sources <= set(SOURCES) or {"f16", "gpu"} <= sources:
         parser.error(f"--sources: some of {SOURCES}, at most one of f16 and gpu")

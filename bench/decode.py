@@ -268,9 +268,9 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # 12 rows and lost at 16 and 20; mt 1 with 4 CTAs/SM and max_nt 1 lost everywhere)
     {"few_rows": 0},
     {"few_rows": 16},
-    # Q4_K/Q5_K with d multiplied into each weight in f16 (one more HMUL2 per weight pair, no
-    # post scaling in the products) instead of on the super-block's partial sums
-    {"k_post": False},
+    # Q4_K/Q5_K with d on the super-block's f32 partial sums (one HMUL2 per weight pair less,
+    # a post scaling in the products) instead of multiplied into each weight in f16
+    {"k_post": True},
 ]
 
 
@@ -452,8 +452,16 @@ def main() -> int:
     parser.add_argument(
         "--matmul-steps", action="store_true", help="whole steps under each row variant"
     )
+    parser.add_argument(
+        "--keys",
+        default="",
+        help="only the row variants that set these fields (comma-separated), beside the default",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.keys:
+        wanted = set(args.keys.split(","))
+        ROW_VARIANTS[:] = [v for v in ROW_VARIANTS if set(v) <= wanted]
     require_gpu("bench/decode.py")
     rows = [int(r) for r in args.rows.split(",")]
     info: dict[str, Any] = {"manifest": manifest()}

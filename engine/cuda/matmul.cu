@@ -9,8 +9,8 @@
 // split the K super-blocks round-robin (fixed by K, never by R) and are summed in warp order at
 // the end, so a row's result does not depend on how many other rows share the launch (batch
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
-// (quant.cuh), activations are rounded to f16. Q4_K and Q5_K (MatmulConfig.k_post, the
-// default) leave a per-row factor of each super-block out of the A values (`Frag::kPost`): a
+// (quant.cuh), activations are rounded to f16. Q4_K and Q5_K with MatmulConfig.k_post (a
+// bench variant) leave a per-row factor of each super-block out of the A values (`Frag::kPost`): a
 // CTA multiplies the super-block's f32 partial sums by it, in the same order in both kernels.
 // (A variant that staged the weights through a cp.async ring in shared memory was measured
 // 5-10 % slower at 1-8 rows, and L2 prefetches of the blocks 2-8 super-blocks ahead 1-10 %
@@ -68,8 +68,9 @@ OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows
     return b;
 }
 
-// The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
-template <class Frag, int MT, int NT, int XL>
+// The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c); FRESH:
+// acc is the super-block's own sum, from zero (its first chunk writes it).
+template <class Frag, int MT, int NT, int XL, bool FRESH = false>
 OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
                            const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
@@ -88,7 +89,10 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
             cur[m][0].get(c, a0, a2);
             cur[m][1].get(c, a1, a3);
 #pragma unroll
-            for (int n = 0; n < NT; ++n) mma_16816(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
+            for (int n = 0; n < NT; ++n) {
+                if (FRESH && c == 0) mma_16816_fresh(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
+                else mma_16816(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
+            }
         }
     }
 }
@@ -183,8 +187,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
             for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
         if constexpr (Frag::kPost) {  // the super-block's partial sums, then its row factors
             float part[MT][NT][4];
-            zero_acc(part);
-            mma_superblock<Frag, MT, NT, XL>(ring[0], part, X, ldx, sb, nrows, gid, t);
+            mma_superblock<Frag, MT, NT, XL, true>(ring[0], part, X, ldx, sb, nrows, gid, t);
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -346,8 +349,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h].prep(t);
             GemmTiles& dst = Frag::kPost ? part : acc;
-            if constexpr (Frag::kPost) {
-                zero_acc(part);
+            if constexpr (Frag::kPost) {  // part: from zero, by the first chunk's mma
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -382,8 +384,12 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
 #pragma unroll
                     for (int i = 0; i < 2; ++i)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j)
-                            mma_16816(dst[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
+                        for (int j = 0; j < 4; ++j) {
+                            if (Frag::kPost && half == 0 && cc == 0)
+                                mma_16816_fresh(dst[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
+                            else
+                                mma_16816(dst[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
+                        }
                 }
                 __syncthreads();  // the next half overwrites As and Bs
             }

@@ -152,13 +152,15 @@ OJ_DEV void kquant_post_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], 
     }
 }
 
-// MM_KPOST 0 (MatmulConfig.k_post, a bench variant): the same A values times d * 2^14 in f16
+// MM_KPOST 0 (MatmulConfig.k_post False, the default): the A values times d * 2^14 in f16
 // inside the fragment (one more HMUL2 per weight pair, two roundings of each weight, no post
 // scaling in the products: bench/accuracy_emulation.py puts q4_k_m / mixed at 99.67 / 99.65 %
-// top-1 there, against 99.67 / 99.71 % with MM_KPOST 1). d * 2^14 overflows f16 for d > 4
-// (weights of magnitude ~4,000), far beyond any trained model's.
+// top-1, against 99.67 / 99.71 % with MM_KPOST 1, which multiplies d into the super-block's
+// f32 partial sums instead; on the H200 that form's tiled kernel, which must read each row's d,
+// prefilled 5 % slower, bench/NOTES.md v23a). d * 2^14 overflows f16 for d > 4 (weights of
+// magnitude ~4,000), far beyond any trained model's.
 #ifndef MM_KPOST
-#define MM_KPOST 1
+#define MM_KPOST 0
 #endif
 OJ_DEV u32 kquant_weight_factor(float post) { return pack_h2(post, post); }
 

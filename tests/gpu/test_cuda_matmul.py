@@ -275,10 +275,10 @@ def test_matmul_rejects_bad_shapes() -> None:
 
 
 @pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q5_K])
-def test_weights_scaled_in_the_fragment_match_numpy_and_the_tiled_kernel(ggml_type: int) -> None:
-    """MatmulConfig.k_post False (a bench variant: d multiplied into each weight in f16 instead
-    of onto the super-block's partial sums): close to numpy, and wmat_gemm = wmat_rows bit for
-    bit, as with the default."""
+def test_weights_scaled_after_the_mma_match_numpy_and_the_tiled_kernel(ggml_type: int) -> None:
+    """MatmulConfig.k_post True (a bench variant: d multiplied onto the super-block's f32
+    partial sums instead of into each weight in f16): close to numpy, and wmat_gemm = wmat_rows
+    bit for bit, as with the default."""
     import cupy as cp
 
     rng = np.random.default_rng(700 + ggml_type)
@@ -288,7 +288,7 @@ def test_weights_scaled_in_the_fragment_match_numpy_and_the_tiled_kernel(ggml_ty
     saved = build.MATMUL_CONFIG
     try:
         for gemm_min_rows in (1 << 20, 1):  # rows kernel, then the tiled one
-            build.MATMUL_CONFIG = build.MatmulConfig(k_post=False, gemm_min_rows=gemm_min_rows)
+            build.MATMUL_CONFIG = build.MatmulConfig(k_post=True, gemm_min_rows=gemm_min_rows)
             y = cp.full((40, 72), np.nan, dtype=cp.float32)
             kernels.matmul(w, cp.asarray(x), y)
             outs.append(y)
