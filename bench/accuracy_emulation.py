@@ -7,9 +7,8 @@ with the backend's roundings put in, one source or several:
 - `f16`: product operands rounded to f16 once (activations, and each dequantized weight), the
   best any engine with f16 tensor-core operands can do;
 - `gpu`: the activations in f16 and the weights as quant.cuh dequantizes them: Q4_K/Q5_K as
-  A = (sc*q - m*dmin/d) * 2^-14, rounded about once, times f16(d * 2^14) in f16 (`_gpu_k4`;
-  with `--k-post`, MatmulConfig.k_post's form: d applied in f32 after the product;
-  before, as f16(q * f16(d*sc) - f16(dmin*m)), whose f16 scale products put an error of the
+  f16(d*sc*q + Mhi) + Mlo, Mhi + Mlo = -dmin*m as an f16 pair (`_gpu_k4`; before, as
+  f16(q * f16(d*sc) - f16(dmin*m)), whose f16 scale products put an error of the
   size of the min term's last bit into every weight of a sub-block), Q6_K as
   f16(q * f16(d*sc)), Q8_0 as f16(q * d).
 
@@ -64,26 +63,16 @@ def _f16(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, np.float64).astype(np.float16).astype(np.float64)
 
 
-K_POST = False  # MatmulConfig.k_post (--k-post)
-
-
 def _gpu_k4(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Q4_K/Q5_K codes q [n, 8, 32] of blocks, as the fragments build each weight: A = (sc*q -
-    m*dmin/d) * 2^-14 as fma(q, sc, mr) + ml in f16 (mr + ml the min term as an f16 pair), times
-    d * 2^14 in f16 (K_POST: in f32, as after the product) (d = 0: A = -m * 2^-14 and dmin
-    instead of d)."""
+    """Q4_K/Q5_K codes q [n, 8, 32] of blocks, as the fragments build each weight: the exact
+    d*sc*q plus Mhi = f16(-dmin*m), rounded to f16, plus Mlo = f16(-dmin*m - Mhi)."""
     n = blocks.shape[0]
     d = quants._f16(blocks[:, 0:2]).astype(np.float64).reshape(n, 1, 1)
     dmin = quants._f16(blocks[:, 2:4]).astype(np.float64).reshape(n, 1, 1)
     sc, mn = (v.reshape(n, 8, 1).astype(np.float64) for v in quants.unpack_scale_min_k4(blocks[:, 4:16]))  # fmt: skip
-    zero = d == 0
-    ratio = np.where(zero, 1.0, -dmin / np.where(zero, 1.0, d)) * 2.0**-14
-    min_term = mn * np.where(zero, -(2.0**-14), ratio)
-    hi = _f16(min_term)
-    a = _f16(_f16(q * np.where(zero, 0.0, sc) * 2.0**-14 + hi) + _f16(min_term - hi))
-    post = np.where(zero, dmin, d) * 2.0**14
-    weight = a * post if K_POST else _f16(a * _f16(post))
-    return weight.reshape(-1, quants.QK_K)
+    m_hi = _f16(-dmin * mn)
+    m_lo = _f16(-dmin * mn - m_hi)
+    return _f16(_f16(d * sc * q + m_hi) + m_lo).reshape(-1, quants.QK_K)
 
 
 def _gpu_q4_k(blocks: np.ndarray) -> np.ndarray:
@@ -184,10 +173,7 @@ def main() -> None:
     parser.add_argument("--mix", default="f32", choices=cases.MIXES)
     parser.add_argument("--prompts", type=int, default=cases.N_PROMPTS)
     parser.add_argument("--sources", default="kv", help=f"comma-separated, of {SOURCES}")
-    parser.add_argument("--k-post", action="store_true", help="MatmulConfig.k_post's fragments")
     args = parser.parse_args()
-    global K_POST
-    K_POST = args.k_post
     sources = set(args.sources.split(","))
     if not sources <= set(SOURCES) or {"f16", "gpu"} <= sources:
         parser.error(f"--sources: some of {SOURCES}, at most one of f16 and gpu")

@@ -268,9 +268,6 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # 12 rows and lost at 16 and 20; mt 1 with 4 CTAs/SM and max_nt 1 lost everywhere)
     {"few_rows": 0},
     {"few_rows": 16},
-    # Q4_K/Q5_K with d on the super-block's f32 partial sums (one HMUL2 per weight pair less,
-    # a post scaling in the products) instead of multiplied into each weight in f16
-    {"k_post": True},
 ]
 
 

@@ -8,7 +8,9 @@
 #                                    whole GPU suite (4-7 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
-#   accuracy-kpost                   accuracy, then whole steps with k_post on and off (rows 1,4,12)
+#   compare-main                     this tree against a copy of main's in _main/ (untracked, made
+#                                    here: git archive main ... | tar -x -C _main): steps, prefill
+#   compare-suite                    the same, then the whole GPU suite
 #   matmul                           the weight pass and whole steps under bench/decode.py's
 #                                    ROW_VARIANTS (weight-product tilings and load policies)
 #   pending-bench                    its second call (~7 min): the weight pass under the row
@@ -69,14 +71,15 @@ seed_llama_source() {
 if [ "$MODE" = accuracy ]; then  # the whole-model accuracy tests alone, with their figures (~3 min)
   timeout 300 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rfP -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" -k "exact_reference" "$@" 2>&1 | tee "$OUT/pytest_accuracy.log" | grep "top-1\|passed\|failed" | grep -v PASSED
 fi
-if [ "$MODE" = accuracy-kpost ]; then  # the accuracy figures, then k_post on/off as whole steps (~8 min)
-  timeout 250 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rfP -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" -k "exact_reference" "$@" 2>&1 | tee "$OUT/pytest_accuracy.log" | grep "top-1\|passed\|failed" | grep -v PASSED
-  timeout 230 python3 bench/decode.py --step --matmul-steps --keys k_post --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+if [ "$MODE" = compare-suite ]; then  # steps against a copy of main in _main/, then the GPU suite (~9.5 min)
+  (cd _main && PYTHONPATH=/tmp/site:$PWD timeout 110 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/main_steps.json" 2>&1 | tee "$OUT/main_steps.log" | grep "^matmul\|floor")
+  timeout 110 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+  timeout "${PYTEST_S:-330}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
+  cat "$OJ_FIGURES"
 fi
-if [ "$MODE" = compare-main ]; then  # this tree's k_post forms against a copy of main in _main/ (same call)
-  timeout 120 python3 -m pytest tests/gpu/test_cuda_matmul.py -q -rf -n 4 -p no:cacheprovider -o addopts="" -k "after_the_mma" 2>&1 | tee "$OUT/pytest_matmul.log" | tail -3
+if [ "$MODE" = compare-main ]; then  # this tree against a copy of main in _main/ (same call)
   (cd _main && PYTHONPATH=/tmp/site:$PWD timeout 150 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/main_steps.json" 2>&1 | tee "$OUT/main_steps.log" | grep "^matmul\|floor")
-  timeout 230 python3 bench/decode.py --step --matmul-steps --keys k_post --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+  timeout 150 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25

@@ -169,10 +169,6 @@ class MatmulConfig:
     few_rows: int = 12
     mt_few: int = 1
     min_blocks_few: int = 3
-    # Q4_K/Q5_K: the super-block scale d multiplied into each weight in f16 (quant.cuh); True
-    # applies it to the f32 partial sums after the mma instead (kPost, a bench variant: 3 %
-    # faster decode steps, 5 % slower prefill on the H200, bench/NOTES.md v23a)
-    k_post: bool = False
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -184,7 +180,6 @@ class MatmulConfig:
             f"-DMM_MINB1D={self.min_blocks1d}",
             f"-DMM_MTF={self.mt_few}",
             f"-DMM_MINBF={self.min_blocks_few}",
-            f"-DMM_KPOST={int(self.k_post)}",
         )
 
     def row_tile(

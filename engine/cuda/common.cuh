@@ -114,16 +114,6 @@ OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// d = A * B: the same bits as mma_16816 on a zeroed d, without the instructions that zero it
-// (C is the zero register).
-OJ_DEV void mma_16816_fresh(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
 // ---- math ---------------------------------------------------------------------------------
 OJ_DEV float silu_f(float x) { return x / (1.0f + __expf(-x)); }
 OJ_DEV float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }

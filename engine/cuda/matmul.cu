@@ -9,15 +9,12 @@
 // split the K super-blocks round-robin (fixed by K, never by R) and are summed in warp order at
 // the end, so a row's result does not depend on how many other rows share the launch (batch
 // invariance); wmat_gemm keeps that exact order. Weights are dequantized to f16 in registers
-// (quant.cuh), activations are rounded to f16. Q4_K and Q5_K with MatmulConfig.k_post (a
-// bench variant) leave a per-row factor of each super-block out of the A values (`Frag::kPost`): a
-// CTA multiplies the super-block's f32 partial sums by it, in the same order in both kernels.
-// (A variant that staged the weights through a cp.async ring in shared memory was measured
-// 5-10 % slower at 1-8 rows, and L2 prefetches of the blocks 2-8 super-blocks ahead 1-10 %
-// slower, a ring with truly two super-blocks in flight no faster, and a dequantization with
-// 13 % fewer instructions no faster either: the products' speed follows the shape of their
-// launches (fill, drain, the last partial wave), not the loop's bytes in flight or its
-// instruction count; bench/NOTES.md v15f, v16, v17.)
+// (quant.cuh), activations are rounded to f16. (A variant that staged the weights through a
+// cp.async ring in shared memory was measured 5-10 % slower at 1-8 rows, and L2 prefetches of
+// the blocks 2-8 super-blocks ahead 1-10 % slower, a ring with truly two super-blocks in
+// flight no faster, and a dequantization with 13 % fewer instructions no faster either: the
+// products' speed follows the shape of their launches (fill, drain, the last partial wave),
+// not the loop's bytes in flight or its instruction count; bench/NOTES.md v15f, v16, v17.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
@@ -68,9 +65,8 @@ OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows
     return b;
 }
 
-// The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c); FRESH:
-// acc is the super-block's own sum, from zero (its first chunk writes it).
-template <class Frag, int MT, int NT, int XL, bool FRESH = false>
+// The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
+template <class Frag, int MT, int NT, int XL>
 OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
                            const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
@@ -89,23 +85,9 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
             cur[m][0].get(c, a0, a2);
             cur[m][1].get(c, a1, a3);
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                if (FRESH && c == 0) mma_16816_fresh(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
-                else mma_16816(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
-            }
+            for (int n = 0; n < NT; ++n) mma_16816(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
         }
     }
-}
-
-// Zero a warp's MT x NT mma accumulator tiles.
-template <int MT, int NT>
-OJ_DEV void zero_acc(float (&acc)[MT][NT][4]) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 }
 
 // Sum the warps' partial tiles in warp order (red: smem of MM_NW * MT*NT*4 * 32 floats) and
@@ -149,7 +131,12 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
     Y += (size_t)rbase * ldy;
 
     float acc[MT][NT][4];
-    zero_acc(acc);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 
     const int nsb = W.cols >> 8;
     // Software pipeline: the raw blocks of this warp's next DEPTH super-blocks are loaded
@@ -185,19 +172,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
-        if constexpr (Frag::kPost) {  // the super-block's partial sums, then its row factors
-            float part[MT][NT][4];
-            mma_superblock<Frag, MT, NT, XL, true>(ring[0], part, X, ldx, sb, nrows, gid, t);
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)  // accumulator i is row gid (i < 2) or gid + 8
-                        acc[m][n][i] = fmaf(ring[0][m][i >> 1].post, part[m][n][i], acc[m][n][i]);
-        } else {
-            mma_superblock<Frag, MT, NT, XL>(ring[0], acc, X, ldx, sb, nrows, gid, t);
-        }
+        mma_superblock<Frag, MT, NT, XL>(ring[0], acc, X, ldx, sb, nrows, gid, t);
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d)
 #pragma unroll
@@ -302,6 +277,14 @@ OJ_MM_ALL_NT(f16, FragF16)
 // MM_NW, each class summed from zero in order, the classes added in order), so every output
 // element is bit for bit what wmat_rows gives, at any row count.
 using GemmTiles = float[2][4][4];  // a warp's 2 x 4 mma tiles of 4 accumulators
+OJ_DEV void tiles_zero(GemmTiles& a) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) a[i][j][q] = 0.0f;
+}
 OJ_DEV void tiles_add(GemmTiles& total, const GemmTiles& a) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -324,9 +307,8 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     X = (const char*)X + (size_t)rbase * ldx * (XL >= 0 ? 2 : 4);
     Y += (size_t)rbase * ldy;
 
-    GemmTiles total, acc, part;  // part: one super-block's sums (Frag::kPost), else unused
-    zero_acc(total);
-    float post[2][2];  // Frag::kPost: the factors of this warp's rows (m-tile i, gid + 8h)
+    GemmTiles total, acc;
+    tiles_zero(total);
 
     const int nsb = W.cols >> 8;
     // Software pipeline over the (class, super-block) sequence: the next super-block's raw
@@ -340,7 +322,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     if (nsb > 0) load(fa, 0);
     oj_grid_dep();  // after the first weight loads, as in wmat_rows
     for (int w = 0; w < MM_NW; ++w) {
-        zero_acc(acc);
+        tiles_zero(acc);
         for (int sb = w; sb < nsb; sb += MM_NW) {
             // the next item: this class's next super-block, else the next class's first
             const bool same_class = sb + MM_NW < nsb;
@@ -348,14 +330,6 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
                 load(fnext, same_class ? sb + MM_NW : w + 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h].prep(t);
-            GemmTiles& dst = Frag::kPost ? part : acc;
-            if constexpr (Frag::kPost) {  // part: from zero, by the first chunk's mma
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        post[i][h] = Frag::load_post(W, min(row0 + 16 * (2 * wm + i) + 8 * h + gid, W.rows - 1), sb);
-            }
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -384,23 +358,10 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
 #pragma unroll
                     for (int i = 0; i < 2; ++i)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            if (Frag::kPost && half == 0 && cc == 0)
-                                mma_16816_fresh(dst[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
-                            else
-                                mma_16816(dst[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
-                        }
+                        for (int j = 0; j < 4; ++j)
+                            mma_16816(acc[i][j], a[i].x, a[i].y, a[i].z, a[i].w, b[j].x, b[j].y);
                 }
                 __syncthreads();  // the next half overwrites As and Bs
-            }
-            if constexpr (Frag::kPost) {  // in wmat_rows's order: the factor after the 16 chunks
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j)
-#pragma unroll
-                        for (int q = 0; q < 4; ++q)
-                            acc[i][j][q] = fmaf(post[i][q >> 1], part[i][j][q], acc[i][j][q]);
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) fa[h] = fnext[h];

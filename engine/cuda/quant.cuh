@@ -44,7 +44,6 @@ OJ_DEV size_t unit_index(const WDesc& W, int row, int sb) {
 #define H2_1056 0x64206420u       // 1024 + 32 (the Q6_K offset)
 #define H2_1152 0x64806480u       // 1024 + 128 (signed bytes stored XOR 0x80)
 #define H2_SIXTEENTH 0x2C002C00u  // 1/16
-#define H2_M64 0xD400D400u        // -64
 #define H2_M96 0xD600D600u        // -96
 
 OJ_DEV u32 byte_of(const uint4& v, int i) { return (word_of(v, i >> 2) >> (8 * (i & 3))) & 0xFFu; }
@@ -80,104 +79,64 @@ OJ_DEV void kquant_scale_min(const uint4& hdr, int j, float& sc, float& mn) {
     }
 }
 
-// 1/x to ~1 ulp, one MUFU (|x| is an f16 value, never an f32 subnormal).
-OJ_DEV float rcp_approx(float x) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
+// Q4_K and Q5_K build each weight d*sc*q - dmin*m as
+//     A = (q*sc*2^-14) * (d*2^14) + Mhi, then + Mlo            (fma.f16x2, then add.f16x2)
+// where the code q comes from a LOP3 as an f16 subnormal (a nibble masked in place, 0x000q, is
+// q * 2^-24 exactly; a high nibble 0x00q0 is 16q * 2^-24; a Q5_K code's fifth bit joins it),
+// so one mul.f16x2 by sc*2^10 (sc*2^6 for a high nibble) gives q*sc*2^-14 exactly (q*sc <
+// 2^11); d*2^14 is d exactly; the fma rounds d*sc*q + Mhi once; and Mhi + Mlo is -dmin*m as
+// an f16 pair (Mlo = the fma's exact remainder of the f16 product). So a weight is rounded
+// about once, at its own size. (Built as fma(q, f16(d*sc), f16(-dmin*m)) before, the two f16
+// products, each of the order of 8 d*sc, put their rounding errors into every weight of a
+// sub-block: top-1 99.48 % (q4_k_m) and 99.27 % (mixed) over 4,800 positions on the H200
+// against 99.6-99.7 % for forms rounded once, bench/NOTES.md v22c-v23.) A pair of weights
+// costs a LOP3, an HMUL2, an HFMA2 and an HADD2, one more than that form; the scales need no
+// f32 arithmetic. d*2^14 overflows f16 for d > 4 (weights of magnitude ~4,000, far beyond any
+// trained model's; weights.py refuses such blocks).
+#define H2_2P14 0x74007400u    // 2^14
+#define H2_SC_Q4K 0x54006400u  // f16x2 (2^10, 2^6): low-nibble sub-blocks 2g, high 2g + 1
+#define H2_SC_Q5K 0x64006400u  // 2^10 for both
 
-// ---------------------------------------------------------------------------------------------
-// Every fragment type: `load(W, row, sb, t)` the raw bytes thread t needs of one super-block of
-// one row, `prep(t)` the block's scales, `get(c, a02, a13)` the A registers of chunk c. With
-// kPost the A values leave out a per-row factor of the super-block, `post` (f32), which the
-// products apply to the super-block's f32 partial sum instead of to every weight
-// (matmul.cu); `load_post` reads it for the tiled kernel's warps, which multiply rows another
-// warp dequantized.
-//
-// Q4_K and Q5_K, scale after the mma. A weight is d*sc*q - dmin*m = d * (sc*q - m*dmin/d); the
-// A value is (sc*q - m*dmin/d) * 2^-14 in f16, rounded once by one fma, and post = d * 2^14.
-// Built as d*sc*q + (-dmin*m) in f16 instead, with both products rounded to f16 first, every
-// weight of a sub-block carried the rounding error of the two large terms whose difference it
-// is: bench/accuracy_emulation.py measured that as the main error of the q4_k_m model (mean KL
-// 1.41e-4 against 3.5e-5 with each weight rounded once; top-1 99.44 % against 99.62 % over
-// 4,800 positions; this form: 3.3e-5, 99.67 %). (d = 0: the weight is -dmin*m, so post =
-// dmin * 2^14 and the sc term is dropped.)
-
-// The 6-bit scales and mins a thread needs (the two formats share the header), as exact f16
-// integers two at a time: sub-blocks (2g, 2g+1) in sc_lo / mn_lo and (4+2g, 5+2g) in sc_hi /
-// mn_hi (g = t >> 1).
-OJ_DEV void kquant_pairs(const uint4& hdr, int t, u32& sc_lo, u32& sc_hi, u32& mn_lo, u32& mn_hi) {
+// The splats a thread's four sub-blocks (2g, 2g+1, 4+2g, 5+2g; g = t >> 1) need: scm[s] =
+// sc * mul (exact), mhi[s] / mlo[s] = -dmin*m as an f16 pair, and dd = d * 2^14.
+OJ_DEV void kquant_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (&mhi)[4],
+                          u32 (&mlo)[4], u32& dd) {
     const u32 sel = 0x4140u + 0x0202u * (u32)(t >> 1);  // bytes 2g, 2g+1 -> low bytes of halves
     const u32 y = __byte_perm(hdr.y, 0u, sel), z = __byte_perm(hdr.z, 0u, sel);
     const u32 w = __byte_perm(hdr.w, 0u, sel);
-    sc_lo = hsub2(and_or<0x003F003Fu, H2_1024>(y), H2_1024);
-    mn_lo = hsub2(and_or<0x003F003Fu, H2_1024>(z), H2_1024);
-    sc_hi = hsub2(and_or<0x000F000Fu>(w, and_or<0x00300030u, H2_1024>(y >> 2)), H2_1024);
-    mn_hi = hsub2(and_or<0x000F000Fu>(w >> 4, and_or<0x00300030u, H2_1024>(z >> 2)), H2_1024);
-}
-// d * 2^14 (dmin * 2^14 when d = 0) from the block's first word (d, dmin).
-OJ_DEV float kquant_post(u32 ddmin) {
-    const float d = h2f((u16)(ddmin & 0xFFFFu));
-    return (d == 0.0f ? h2f((u16)(ddmin >> 16)) : d) * 16384.0f;
-}
-// The splats a thread's four sub-blocks need: scm[s] = sc * mul (mul: the f16x2 factor that
-// takes the fragment's code to the A scale; 0 when d = 0), and the min term -m * dmin/d * 2^-14
-// as an f16 pair mr[s] + ml[s] (ml the f16 of what mr leaves over): A = fma(code, scm, mr) + ml.
-// With mr alone each sub-block's weights shared mr's rounding error; the correction makes A as
-// if rounded about once (bench/accuracy_emulation.py on q4_k_m: top-1 99.67 % and mean KL
-// 3.3e-5 over 4,800 positions, against 99.60 % and 6.8e-5 without it).
-OJ_DEV void kquant_post_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (&mr)[4], u32 (&ml)[4]) {
-    u32 sc_lo, sc_hi, mn_lo, mn_hi;
-    kquant_pairs(hdr, t, sc_lo, sc_hi, mn_lo, mn_hi);
-    const float d = h2f((u16)(hdr.x & 0xFFFFu)), dmin = h2f((u16)(hdr.x >> 16));
-    const bool dz = d == 0.0f;
-    const float r = dz ? -1.0f / 16384.0f : -dmin * rcp_approx(d) * (1.0f / 16384.0f);
-    if (dz) mul = 0u;
+    // the 6-bit scales and mins as exact f16 integers, two sub-blocks at a time
+    const u32 sc_lo = hsub2(and_or<0x003F003Fu, H2_1024>(y), H2_1024);
+    const u32 mn_lo = hsub2(and_or<0x003F003Fu, H2_1024>(z), H2_1024);
+    const u32 sc_hi = hsub2(and_or<0x000F000Fu>(w, and_or<0x00300030u, H2_1024>(y >> 2)), H2_1024);
+    const u32 mn_hi = hsub2(and_or<0x000F000Fu>(w >> 4, and_or<0x00300030u, H2_1024>(z >> 2)), H2_1024);
+    dd = hmul2(splat_lo(hdr.x), H2_2P14);
+    const u32 ndmin2 = splat_hi(hdr.x) ^ 0x80008000u;
     const u32 p_lo = hmul2(sc_lo, mul), p_hi = hmul2(sc_hi, mul);
+    const u32 h_lo = hmul2(ndmin2, mn_lo), h_hi = hmul2(ndmin2, mn_hi);
+    // the exact remainder of each f16 product (fma), rounded: what h_lo / h_hi left over
+    const u32 l_lo = hfma2(ndmin2, mn_lo, h_lo ^ 0x80008000u);
+    const u32 l_hi = hfma2(ndmin2, mn_hi, h_hi ^ 0x80008000u);
     scm[0] = splat_lo(p_lo);
     scm[1] = splat_hi(p_lo);
     scm[2] = splat_lo(p_hi);
     scm[3] = splat_hi(p_hi);
-    const u32 mns[2] = {mn_lo, mn_hi};
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {  // sub-blocks (2k, 2k + 1) of the four
-        const float v0 = h2f((u16)(mns[k] & 0xFFFFu)) * r, v1 = h2f((u16)(mns[k] >> 16)) * r;
-        const u32 hi = pack_h2(v0, v1);
-        const u32 lo = pack_h2(v0 - h2f((u16)(hi & 0xFFFFu)), v1 - h2f((u16)(hi >> 16)));
-        mr[2 * k] = splat_lo(hi);
-        mr[2 * k + 1] = splat_hi(hi);
-        ml[2 * k] = splat_lo(lo);
-        ml[2 * k + 1] = splat_hi(lo);
-    }
+    mhi[0] = splat_lo(h_lo);
+    mhi[1] = splat_hi(h_lo);
+    mhi[2] = splat_lo(h_hi);
+    mhi[3] = splat_hi(h_hi);
+    mlo[0] = splat_lo(l_lo);
+    mlo[1] = splat_hi(l_lo);
+    mlo[2] = splat_lo(l_hi);
+    mlo[3] = splat_hi(l_hi);
 }
 
-// MM_KPOST 0 (MatmulConfig.k_post False, the default): the A values times d * 2^14 in f16
-// inside the fragment (one more HMUL2 per weight pair, two roundings of each weight, no post
-// scaling in the products: bench/accuracy_emulation.py puts q4_k_m / mixed at 99.67 / 99.65 %
-// top-1, against 99.67 / 99.71 % with MM_KPOST 1, which multiplies d into the super-block's
-// f32 partial sums instead; on the H200 that form's tiled kernel, which must read each row's d,
-// prefilled 5 % slower, bench/NOTES.md v23a). d * 2^14 overflows f16 for d > 4 (weights of
-// magnitude ~4,000), far beyond any trained model's.
-#ifndef MM_KPOST
-#define MM_KPOST 0
-#endif
-OJ_DEV u32 kquant_weight_factor(float post) { return pack_h2(post, post); }
+// The A pair of two codes (f16 subnormals) of sub-block s.
+#define KQUANT_A(code, s) hadd2(hfma2(hmul2((code), scm[s]), dd, mhi[s]), mlo[s])
 
-// Q4_K: a nibble masked in place is already an f16: 0x000q read as f16 is the subnormal
-// q * 2^-24, exactly, and a high nibble 0x00q0 is 16q * 2^-24; so one fma.f16x2 by sc * 2^10
-// (or sc * 2^6) plus the min term, and its correction, make the A value: a pair of weights
-// costs a LOP3, an HFMA2 and an HADD2 (as many instructions as d*sc*q - dmin*m in f16 took).
-#define H2_SC_MUL 0x54006400u  // f16x2 (1024, 64): 2^10 for low-nibble sub-blocks, 2^6 for high
+// ---------------------------------------------------------------------------------------------
 struct FragQ4K {
-    static constexpr bool kPost = MM_KPOST != 0;
     uint4 hdr, q0, q1;
-    u32 scm[4], mr[4], ml[4];  // sub-blocks 2G0, 2G0+1, 2G1, 2G1+1 (G as e0)
-    float post;
-    u32 dw;  // !kPost: post as an f16x2 splat, applied to each weight
-    OJ_DEV static float load_post(const WDesc& W, int row, int sb) {
-        return kquant_post(*(const u32*)(W.p0 + unit_index(W, row, sb) * 144));
-    }
+    u32 scm[4], mhi[4], mlo[4], dd;  // sub-blocks 2G0, 2G0+1, 2G1, 2G1+1 (G as e0)
     OJ_DEV static int e0(int t, int c) {
         const int w = c >> 1, h = c & 1, G = (w < 4 ? 0 : 2) + (t >> 1);
         return 64 * G + 32 * h + 16 * (t & 1) + 4 * (w & 3);
@@ -188,37 +147,20 @@ struct FragQ4K {
         q0 = *(const uint4*)(blk + 16 + 16 * t);
         q1 = *(const uint4*)(blk + 80 + 16 * t);
     }
-    OJ_DEV void prep(int t) {
-        post = kquant_post(hdr.x);
-        kquant_post_splats(hdr, t, H2_SC_MUL, scm, mr, ml);
-        if (!kPost) dw = kquant_weight_factor(post);
-    }
+    OJ_DEV void prep(int t) { kquant_splats(hdr, t, H2_SC_Q4K, scm, mhi, mlo, dd); }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
         const u32 word = w < 4 ? word_of(q0, w & 3) : word_of(q1, w & 3);
         const u32 mask = h ? 0x00F000F0u : 0x000F000Fu;
-        a02 = hadd2(hfma2(word & mask, scm[s], mr[s]), ml[s]);
-        a13 = hadd2(hfma2((word >> 8) & mask, scm[s], mr[s]), ml[s]);
-        if (!kPost) {
-            a02 = hmul2(a02, dw);
-            a13 = hmul2(a13, dw);
-        }
+        a02 = KQUANT_A(word & mask, s);
+        a13 = KQUANT_A((word >> 8) & mask, s);
     }
 };
 
-// Q5_K: the 5-bit code as 1024 + q (one LOP3 chain), less 1024, times sc * 2^-14 (exact: sc <
-// 64 is a normal f16 there) plus the min term and its correction.
-#define H2_2M14 0x04000400u  // 2^-14
 struct FragQ5K {
-    static constexpr bool kPost = MM_KPOST != 0;
     uint4 hdr, qh, q0, q1;
-    u32 scm[4], mr[4], ml[4];
-    float post;
-    u32 dw;  // as FragQ4K's
+    u32 scm[4], mhi[4], mlo[4], dd;
     int t_;
-    OJ_DEV static float load_post(const WDesc& W, int row, int sb) {
-        return kquant_post(*(const u32*)(W.p0 + unit_index(W, row, sb) * 176));
-    }
     OJ_DEV static int e0(int t, int c) { return FragQ4K::e0(t, c); }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const u8* blk = W.p0 + unit_index(W, row, sb) * 176;
@@ -228,31 +170,22 @@ struct FragQ5K {
         q1 = *(const uint4*)(blk + 112 + 16 * t);
         t_ = t;
     }
-    OJ_DEV void prep(int t) {
-        post = kquant_post(hdr.x);
-        kquant_post_splats(hdr, t, H2_2M14, scm, mr, ml);
-        if (!kPost) dw = kquant_weight_factor(post);
-    }
+    OJ_DEV void prep(int t) { kquant_splats(hdr, t, H2_SC_Q5K, scm, mhi, mlo, dd); }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
         const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
         const int G = (w < 4 ? 0 : 2) + (t_ >> 1), bit = 2 * G + h;
         const u32 word = w < 4 ? word_of(q0, w & 3) : word_of(q1, w & 3);
         const u32 hw = word_of(qh, w & 3);
         const u32 nib = word >> (4 * h);
-        const u32 p02 = (nib & 0x000F000Fu) | (((hw >> bit) & 0x00010001u) << 4) | H2_1024;
-        const u32 p13 = ((nib >> 8) & 0x000F000Fu) | (((hw >> (bit + 8)) & 0x00010001u) << 4) | H2_1024;
-        a02 = hadd2(hfma2(hsub2(p02, H2_1024), scm[s], mr[s]), ml[s]);
-        a13 = hadd2(hfma2(hsub2(p13, H2_1024), scm[s], mr[s]), ml[s]);
-        if (!kPost) {
-            a02 = hmul2(a02, dw);
-            a13 = hmul2(a13, dw);
-        }
+        const u32 q02 = (nib & 0x000F000Fu) | (((hw >> bit) & 0x00010001u) << 4);
+        const u32 q13 = ((nib >> 8) & 0x000F000Fu) | (((hw >> (bit + 8)) & 0x00010001u) << 4);
+        a02 = KQUANT_A(q02, s);
+        a13 = KQUANT_A(q13, s);
     }
 };
+#undef KQUANT_A
 
 struct FragQ6K {
-    static constexpr bool kPost = false;
-    OJ_DEV static float load_post(const WDesc&, int, int) { return 1.0f; }
     uint2 ql[2][2], qh[2];
     uint4 sc;
     u16 dbits;
@@ -309,8 +242,6 @@ struct FragQ6K {
 };
 
 struct FragQ8_0 {
-    static constexpr bool kPost = false;
-    OJ_DEV static float load_post(const WDesc&, int, int) { return 1.0f; }
     uint4 qv[4];
     u32 dpair;  // the two f16 block scales of this thread's 64 elements
     u32 dsp[2];
@@ -337,8 +268,6 @@ struct FragQ8_0 {
 // F16 rows are read chunk by chunk (a format that is rare on the hot path). F32 weights have
 // their own exact kernel (matmul.cu).
 struct FragF16 {
-    static constexpr bool kPost = false;
-    OJ_DEV static float load_post(const WDesc&, int, int) { return 1.0f; }
     const u8* base;
     OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {

@@ -42,6 +42,11 @@ class GpuWeight:
         return (p[0], p[1 % len(p)], p[2 % len(p)], p[3 % len(p)])
 
 
+# The largest super-block scale d of a Q4_K/Q5_K block the products take: they apply d as
+# the f16 d * 2^14 (quant.cuh), which overflows above 4 (weights of magnitude ~4,000).
+KQUANT_MAX_D = 4.0
+
+
 def tensor_bytes(ggml_type: int, rows: int, cols: int) -> int:
     per, nbytes = BLOCK_BYTES[ggml_type]
     return rows * (cols // per) * nbytes
@@ -68,6 +73,13 @@ def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int)
     if ggml_type == BF16:
         wide = (raw.view(cp.uint16).astype(cp.uint32) << 16).view(cp.float32)
         return GpuWeight(name, F32, rows, cols, (wide.view(cp.uint8),))
+    if ggml_type in (Q4_K, Q5_K):
+        d = cp.ascontiguousarray(raw.reshape(-1, BLOCK_BYTES[ggml_type][1])[:, :2]).view(cp.float16)
+        if bool((cp.abs(d.astype(cp.float32)) > KQUANT_MAX_D).any()):
+            raise WeightFormatError(
+                f"{name}: a block scale d above {KQUANT_MAX_D} (weights beyond the f16 range "
+                "the CUDA products use); run this model with --backend llama-server"
+            )
     raw = tile_major(raw, ggml_type, rows, cols)
     if ggml_type == Q6_K:
         blocks = raw.reshape(-1, 210)

@@ -29,9 +29,11 @@ def test_gpu_q4_k_is_about_one_rounding_off_the_exact_weights() -> None:
     exact = quants._deq_q4_k(blocks).astype(np.float64)
     gpu = emu._gpu_q4_k(blocks)
     once = emu._f16(exact)
+    assert np.array_equal(gpu, gpu.astype(np.float16))  # f16 numbers, as the mma takes them
     assert not np.array_equal(gpu, exact)
-    # the post-scaled fragments: within a few f16 roundings of each weight, where rounding
-    # d*sc and dmin*m first (the fragments before) put every weight several times further off
+    # d*sc*q exact and -dmin*m as an f16 pair: within about one f16 rounding of each weight,
+    # where rounding d*sc and dmin*m first (the fragments before) put every weight several
+    # times further off
     assert np.abs(gpu - exact).mean() < 2 * np.abs(once - exact).mean()
 
 
