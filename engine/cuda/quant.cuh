@@ -97,6 +97,14 @@ OJ_DEV void kquant_scale_min(const uint4& hdr, int j, float& sc, float& mn) {
 #define H2_SC_Q4K 0x54006400u  // f16x2 (2^10, 2^6): low-nibble sub-blocks 2g, high 2g + 1
 #define H2_SC_Q5K 0x64006400u  // 2^10 for both
 
+// The four halves of two f16x2 values, each as a splat: out = lo.lo, lo.hi, hi.lo, hi.hi.
+OJ_DEV void splat_pairs(u32 lo, u32 hi, u32 (&out)[4]) {
+    out[0] = splat_lo(lo);
+    out[1] = splat_hi(lo);
+    out[2] = splat_lo(hi);
+    out[3] = splat_hi(hi);
+}
+
 // The splats a thread's four sub-blocks (2g, 2g+1, 4+2g, 5+2g; g = t >> 1) need: scm[s] =
 // sc * mul (exact), mhi[s] / mlo[s] = -dmin*m as an f16 pair, and dd = d * 2^14.
 OJ_DEV void kquant_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (&mhi)[4],
@@ -116,18 +124,9 @@ OJ_DEV void kquant_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (
     // the exact remainder of each f16 product (fma), rounded: what h_lo / h_hi left over
     const u32 l_lo = hfma2(ndmin2, mn_lo, h_lo ^ 0x80008000u);
     const u32 l_hi = hfma2(ndmin2, mn_hi, h_hi ^ 0x80008000u);
-    scm[0] = splat_lo(p_lo);
-    scm[1] = splat_hi(p_lo);
-    scm[2] = splat_lo(p_hi);
-    scm[3] = splat_hi(p_hi);
-    mhi[0] = splat_lo(h_lo);
-    mhi[1] = splat_hi(h_lo);
-    mhi[2] = splat_lo(h_hi);
-    mhi[3] = splat_hi(h_hi);
-    mlo[0] = splat_lo(l_lo);
-    mlo[1] = splat_hi(l_lo);
-    mlo[2] = splat_lo(l_hi);
-    mlo[3] = splat_hi(l_hi);
+    splat_pairs(p_lo, p_hi, scm);
+    splat_pairs(h_lo, h_hi, mhi);
+    splat_pairs(l_lo, l_hi, mlo);
 }
 
 // The A pair of two codes (f16 subnormals) of sub-block s.
