@@ -51,11 +51,11 @@ def _prefill_logits(backend: CudaBackend, slot: int, tokens: tuple[int, ...]) ->
 # tests/integration/test_llamacpp_quantized_accuracy.py (this machine has no llama.cpp).
 CLEAR_GAP = 0.1
 # Top-1 agreement over the 4,800 positions (accuracy_cases.N_PROMPTS says why that many): the
-# issue's 99.5 % for every mix. With d*sc and dmin*m rounded to f16 before the weight (quant.cuh
-# before the K-quant fragments applied d after the mma) q4_k_m gave 99.48 % and mixed 99.27 %
-# on the H200 (bench/NOTES.md v22c); bench/accuracy_emulation.py, which reproduced those, puts
-# today's fragments (d*sc*q exact, plus -dmin*m as an f16 pair, rounded about once; quant.cuh)
-# at 99.75 % and 99.58 % (the H200: 99.62 % and 99.62 %, bench/NOTES.md v23d).
+# issue's 99.5 % for every mix. With d*sc and dmin*m each rounded to f16 before the weight
+# (quant.cuh until v23) q4_k_m gave 99.48 % and mixed 99.27 % on the H200 (bench/NOTES.md v22c);
+# bench/accuracy_emulation.py, which reproduced those, puts today's fragments (d*sc*q exact plus
+# -dmin*m as an f16 pair, rounded about once) at 99.75 % and 99.58 %, and the H200 measured
+# 99.62 % for both (v23d).
 TOP1_BAR = {"f32": 0.995, "q8_0": 0.995, "q4_k_m": 0.995, "mixed": 0.995}
 
 
