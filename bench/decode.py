@@ -268,6 +268,8 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # 12 rows and lost at 16 and 20; mt 1 with 4 CTAs/SM and max_nt 1 lost everywhere)
     {"few_rows": 0},
     {"few_rows": 16},
+    # the Q4_K/Q5_K row kernels with a ring of raw blocks shifted by register moves (before)
+    {"turns": False},
 ]
 
 

@@ -169,6 +169,9 @@ class MatmulConfig:
     few_rows: int = 12
     mt_few: int = 1
     min_blocks_few: int = 3
+    # the single-super-block-ahead row kernels of Q4_K/Q5_K with two raw buffers taking turns
+    # instead of a ring shifted by register moves (matmul.cu wmat_rows; the same bits)
+    turns: bool = True
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -180,6 +183,7 @@ class MatmulConfig:
             f"-DMM_MINB1D={self.min_blocks1d}",
             f"-DMM_MTF={self.mt_few}",
             f"-DMM_MINBF={self.min_blocks_few}",
+            f"-DMM_TURNS={int(self.turns)}",
         )
 
     def row_tile(

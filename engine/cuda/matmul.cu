@@ -45,6 +45,9 @@
 #ifndef MM_MINBF
 #define MM_MINBF 3
 #endif
+#ifndef MM_TURNS
+#define MM_TURNS 1  // MatmulConfig.turns
+#endif
 
 // The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
 // (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
@@ -139,46 +142,60 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
             for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 
     const int nsb = W.cols >> 8;
-    // Software pipeline: the raw blocks of this warp's next DEPTH super-blocks are loaded
-    // while this one is dequantized and multiplied. ring[0] is the current super-block, ring[d]
-    // the one d steps ahead. (With DEPTH 2 the shift below makes the compiler wait for the
-    // load just issued, so one super-block is in flight in effect; an unrolled ring that kept
-    // two was no faster, bench/NOTES.md v16a.)
-    Frag ring[DEPTH + 1][MT][2];
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-        if (warp + d * MM_NW < nsb) {
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    ring[d][m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1),
-                                       warp + d * MM_NW, t);
-        }
-    }
-    // The weights do not depend on the kernel before this one: with programmatic dependent
-    // launch their first loads are in flight while it finishes (common.cuh oj_grid_dep).
-    oj_grid_dep();
-    for (int sb = warp; sb < nsb; sb += MM_NW) {
-        if (sb + DEPTH * MM_NW < nsb) {
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    ring[DEPTH][m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1),
-                                           sb + DEPTH * MM_NW, t);
-        }
+    auto load_to = [&](Frag (&f)[MT][2], int sb) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) ring[0][m][h].prep(t);
-        mma_superblock<Frag, MT, NT, XL>(ring[0], acc, X, ldx, sb, nrows, gid, t);
+            for (int h = 0; h < 2; ++h) f[m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1), sb, t);
+    };
+    auto run = [&](Frag (&f)[MT][2], int sb) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) f[m][h].prep(t);
+        mma_superblock<Frag, MT, NT, XL>(f, acc, X, ldx, sb, nrows, gid, t);
+    };
+    if constexpr (DEPTH == 1 && Frag::kTurns && MM_TURNS) {
+        // Two buffers taking turns: the next super-block's raw blocks load into one while the
+        // other is dequantized and multiplied, and the load after that is issued as soon as a
+        // buffer is free. (A ring shifted by one each super-block, ring[0] = ring[1], spends a
+        // register move per raw register and makes the warp wait for the load in flight before
+        // it can issue the next.) Same super-blocks in the same order: the same bits. Only the
+        // formats whose kernels still fit their register caps so (Frag::kTurns: Q6_K and F16
+        // spilled, sm_90 ptxas).
+        Frag fa[MT][2], fb[MT][2];
+        if (warp < nsb) load_to(fa, warp);
+        // The weights do not depend on the kernel before this one: with programmatic dependent
+        // launch their first loads are in flight while it finishes (common.cuh oj_grid_dep).
+        oj_grid_dep();
+        for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {
+            const int sb2 = sb + MM_NW;
+            if (sb2 < nsb) load_to(fb, sb2);
+            run(fa, sb);
+            if (sb2 >= nsb) break;
+            if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+            run(fb, sb2);
+        }
+    } else {
+        // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the super-block d steps ahead,
+        // shifted by one each super-block. (With DEPTH 2 the shift makes the compiler wait for
+        // the load just issued, so one super-block is in flight in effect; an unrolled ring that
+        // kept two was no faster, bench/NOTES.md v16a.)
+        Frag ring[DEPTH + 1][MT][2];
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d)
+            if (warp + d * MM_NW < nsb) load_to(ring[d], warp + d * MM_NW);
+        oj_grid_dep();  // after the first loads, as above
+        for (int sb = warp; sb < nsb; sb += MM_NW) {
+            if (sb + DEPTH * MM_NW < nsb) load_to(ring[DEPTH], sb + DEPTH * MM_NW);
+            run(ring[0], sb);
 #pragma unroll
-            for (int m = 0; m < MT; ++m)
+            for (int d = 0; d < DEPTH; ++d)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) ring[d][m][h] = ring[d + 1][m][h];
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) ring[d][m][h] = ring[d + 1][m][h];
+        }
     }
 
     reduce_store<MT, NT>(&red[0][0][0], acc, W.rows, Y, ldy, row0, nrows, accumulate);

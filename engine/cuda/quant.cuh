@@ -134,6 +134,7 @@ OJ_DEV void kquant_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (
 
 // ---------------------------------------------------------------------------------------------
 struct FragQ4K {
+    static constexpr bool kTurns = true;  // wmat_rows: two raw buffers taking turns
     uint4 hdr, q0, q1;
     u32 scm[4], mhi[4], mlo[4], dd;  // sub-blocks 2G0, 2G0+1, 2G1, 2G1+1 (G as e0)
     OJ_DEV static int e0(int t, int c) {
@@ -157,6 +158,7 @@ struct FragQ4K {
 };
 
 struct FragQ5K {
+    static constexpr bool kTurns = true;
     uint4 hdr, qh, q0, q1;
     u32 scm[4], mhi[4], mlo[4], dd;
     int t_;
@@ -185,6 +187,7 @@ struct FragQ5K {
 #undef KQUANT_A
 
 struct FragQ6K {
+    static constexpr bool kTurns = false;
     uint2 ql[2][2], qh[2];
     uint4 sc;
     u16 dbits;
@@ -241,6 +244,7 @@ struct FragQ6K {
 };
 
 struct FragQ8_0 {
+    static constexpr bool kTurns = false;
     uint4 qv[4];
     u32 dpair;  // the two f16 block scales of this thread's 64 elements
     u32 dsp[2];
@@ -267,6 +271,7 @@ struct FragQ8_0 {
 // F16 rows are read chunk by chunk (a format that is rare on the hot path). F32 weights have
 // their own exact kernel (matmul.cu).
 struct FragF16 {
+    static constexpr bool kTurns = false;
     const u8* base;
     OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {

@@ -149,7 +149,8 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
 def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
     """MatmulConfig.max_nt 1 and 2 (more rows as further row groups of CTAs on the same weight
     tiles) and the `_2f` kernels of passes of few rows (one m-tile per warp), on and off, give
-    the default tiling's results bit for bit, f32 and packed activations."""
+    the default tiling's results bit for bit, f32 and packed activations; so does the ring of
+    raw blocks instead of two buffers taking turns (MatmulConfig.turns)."""
     import cupy as cp
 
     rng = np.random.default_rng(110 + 10 * ggml_type + n_rows)
@@ -157,6 +158,7 @@ def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_row
     x = cp.asarray(rng.standard_normal((n_rows, 256 * 7)).astype(np.float32))
     configs = [build.MatmulConfig(max_nt=n) for n in (build.MAX_NT, 2, 1)]
     configs += [build.MatmulConfig(few_rows=n) for n in (0, 16)]
+    configs.append(build.MatmulConfig(turns=False))  # the row kernels' ring of raw blocks
     if n_rows <= 12:  # the default runs `_2f` here, few_rows=0 the `_2` kernel
         assert configs[0].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2f")
         assert configs[3].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2")
