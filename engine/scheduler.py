@@ -190,8 +190,8 @@ class Scheduler:
                 self._step_failed(plan, error)
                 return True
             # the last plain step's tokens (often a prompt's first token) go out now, while this
-            # one runs, not after the next launch too (on the H200 that wait, a layout's first
-            # launches and a graph capture, came to ~0.1 s: bench/NOTES.md v23)
+            # one runs, not after the next launch as well (on the GPU that launch can be a
+            # layout's graph capture, tens of ms: bench/NOTES.md v23)
             self._flush()
             return True
         try:
