@@ -188,6 +188,11 @@ class Scheduler:
                 self._inflight = self.backend.launch(plan)  # type: ignore[attr-defined]
             except Exception as error:
                 self._step_failed(plan, error)
+                return True
+            # the last plain step's tokens (often a prompt's first token) go out now, while this
+            # one runs, not after the next launch as well (on the GPU that launch can be a
+            # layout's graph capture, tens of ms: bench/NOTES.md v23)
+            self._flush()
             return True
         try:
             if getattr(self.backend, "overlaps_host_work", False):

@@ -9,6 +9,7 @@ backend on a tiny synthetic model, greedy, on and off.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -254,3 +255,24 @@ def test_the_benchmarks_speculation_off_requests_launch_ahead() -> None:
     sinks = run(scheduler, [GenerationRequest(p, GREEDY, 16, n_draft=0) for p in prompts])
     assert [s.tokens for s in sinks] == [solo_greedy(p, 16) for p in prompts]
     assert backend.followed > 10
+
+
+def test_every_launch_hands_out_the_tokens_drawn_before_it() -> None:
+    """Between two launches the flush hook runs: the tokens of the last plain step (a prompt's
+    first token, when the slots start launching ahead) reach a queuing sink while the first
+    launched step runs, not only after the step that follows it is launched as well."""
+    log: list[str] = []
+
+    class LoggingBackend(LaunchingFakeBackend):
+        def launch(self, plan: StepPlan, follow: Launched | None = None) -> Launched:
+            log.append("launch")
+            return super().launch(plan, follow)
+
+    scheduler = Scheduler(LoggingBackend(), OFF)
+    scheduler.add_flush_hook(lambda: log.append("flush"))
+    sinks = run(scheduler, [GenerationRequest(prompt(70 + i, 12), GREEDY, 9) for i in range(3)])
+    assert [s.tokens for s in sinks] == [solo_greedy(prompt(70 + i, 12), 9) for i in range(3)]
+    launches = [i for i, entry in enumerate(log) if entry == "launch"]
+    assert len(launches) > 5
+    for a, b in itertools.pairwise(launches):
+        assert "flush" in log[a + 1 : b], f"launches at {a} and {b} with no hand-out between"
