@@ -77,6 +77,18 @@ class _InFlight:
     copied: Any  # cupy Event
 
 
+class _Once:
+    """A callback that runs at most once, however often it is called (None: nothing)."""
+
+    def __init__(self, fn: Callable[[], None] | None) -> None:
+        self.fn = fn
+
+    def __call__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
 class CudaBackend:
     kind = "megakernel"
 
@@ -310,16 +322,18 @@ class CudaBackend:
         results: dict[int, SlotResult],
         queued: Callable[[], None] | None = None,
     ) -> None:
-        """One pass; `queued()` (if given) once its GPU work is queued, before the readback."""
-        q = self._queue_pass(group)
-        if queued is not None:
-            queued()
+        """One pass; `queued()` (if given) once its GPU work is queued, before the readback (or
+        before the pass's graph is captured, which waits for the device: Forward.run)."""
+        once = _Once(queued)
+        q = self._queue_pass(group, queued=once)
+        once()
         drawn = self.ws.out_tok[: q.n_sample].get().tolist() if q.n_sample else []
         self._finish(group, q.seg, q.sample_rows, drawn, q.logits, results)
 
-    def _queue_pass(self, group: list[tuple[SlotStep, int, int]], follow: _Queued | None = None) -> _Queued:  # fmt: skip
+    def _queue_pass(self, group: list[tuple[SlotStep, int, int]], follow: _Queued | None = None, queued: Callable[[], None] | None = None) -> _Queued:  # fmt: skip
         """Upload a pass's metadata and queue its work. follow: the pass before it, not read
-        back, whose drawn tokens are this one's (one row per slot; check_follow)."""
+        back, whose drawn tokens are this one's (one row per slot; check_follow). queued: for
+        Forward.run, called before a graph capture."""
         ws = self.ws
         T = sum(b - a for _, a, b in group)
         saved = ws.t_save >= T
@@ -370,7 +384,7 @@ class CudaBackend:
             logits = ws.logits[: lay.n_sample].get()
             self.fwd.draw(lay.n_sample)
         else:
-            self.fwd.run(lay, self.use_graphs)
+            self.fwd.run(lay, self.use_graphs, queued)
         return _Queued(seg, sample_rows, logits)
 
     def _upload(self, tok: list[int], pos: list[int], rslot: list[int], first: list[int], seg: np.ndarray, sample_rows: list[tuple[SlotStep, int, int]], row_from: list[int]) -> None:  # fmt: skip

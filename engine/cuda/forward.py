@@ -7,6 +7,7 @@ the per-step row metadata lives in device arrays written before each replay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,9 +314,14 @@ class Forward:
             self.head(lay.n_rows, lay.n_sample)
             self.draw(lay.n_sample)
 
-    def run(self, lay: Layout, use_graph: bool = True) -> None:
+    def run(
+        self, lay: Layout, use_graph: bool = True, queued: Callable[[], None] | None = None
+    ) -> None:
         """The whole pass. A layout's runs before its CAPTURE_ON_RUN-th are direct launches; that
-        run is direct and captured as a graph too, and later runs replay the graph."""
+        run is direct and captured as a graph too, and later runs replay the graph. queued (if
+        given) is called before a capture, once the direct run is queued: the capture waits for
+        the device and then records every launch again (tens of ms), and the caller's tokens
+        need not wait for that."""
         import cupy as cp
 
         if not use_graph:
@@ -332,6 +338,8 @@ class Forward:
             self._runs[lay] = runs
             return
         self._runs.pop(lay, None)
+        if queued is not None:
+            queued()
         capture = cp.cuda.Stream(non_blocking=True)
         stream.synchronize()
         with capture:

@@ -301,6 +301,36 @@ def test_checkpoint_restore_repeats_the_continuation(models: dict[str, Path]) ->
     assert _greedy_from(backend, again, 8) == first
 
 
+def test_tokens_are_handed_out_before_a_layout_is_captured(models: dict[str, Path]) -> None:
+    """`while_running` runs once per step, after the pass is queued; on the run that captures
+    the layout's graph, before the capture (which waits for the device): the tokens of the
+    step before need not wait for it. The graph's tokens are the direct runs'."""
+    gguf = open_gguf(models["q4_k_m"])
+    backend = CudaBackend(from_gguf(gguf), n_slots=1, kv_tokens=2048, max_rows=64)
+    prompt = _prompt(9, 21, gguf.config.n_vocab)
+    token = backend.step(StepPlan((SlotStep(0, RowKind.PREFILL, prompt, 0, GREEDY),))).for_slot(0)
+    seen: list[int] = []  # graphs captured when each hand-out ran
+
+    def hook() -> None:
+        seen.append(len(backend.fwd._graphs))
+
+    tokens = list(token.accepted)
+    for _ in range(4):  # one-row decode steps: direct, direct + capture, then the graph
+        step = SlotStep(0, RowKind.DECODE, (tokens[-1],), backend.slot_length(0), GREEDY)
+        tokens += backend.step(StepPlan((step,)), while_running=hook).for_slot(0).accepted
+    assert seen == [0, 0, 1, 1]
+    plain = CudaBackend(from_gguf(gguf), n_slots=1, kv_tokens=2048, max_rows=64, use_graphs=False)
+    again = list(
+        plain.step(StepPlan((SlotStep(0, RowKind.PREFILL, prompt, 0, GREEDY),)))
+        .for_slot(0)
+        .accepted
+    )
+    for _ in range(4):
+        step = SlotStep(0, RowKind.DECODE, (again[-1],), plain.slot_length(0), GREEDY)
+        again += plain.step(StepPlan((step,))).for_slot(0).accepted
+    assert again == tokens
+
+
 def test_prompts_cut_at_checkpoints_together_match_each_alone(models: dict[str, Path]) -> None:
     """Three prompts in one step, each cut at two checkpoints (CudaBackend._passes runs their
     k-th pieces in one pass): the first token of each is what it gets alone, and each slot's
