@@ -8,6 +8,8 @@
 #                                    whole GPU suite (4-7 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
+#   turns                            gpu-pending: product and backend tests, then steps with
+#                                    MatmulConfig.turns on and off (rows 1,4,12)
 #   compare-main                     this tree against a copy of main's in _main/ (untracked, made
 #                                    here: git archive main ... | tar -x -C _main): steps, prefill
 #   compare-suite                    the same, then the whole GPU suite
@@ -76,6 +78,11 @@ if [ "$MODE" = compare-suite ]; then  # steps against a copy of main in _main/, 
   timeout 110 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
   timeout "${PYTEST_S:-330}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
   cat "$OJ_FIGURES"
+fi
+if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then turns on/off as whole steps (~8 min)
+  timeout "${PYTEST_S:-300}" python3 -m pytest tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
+  cat "$OJ_FIGURES"
+  timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = compare-main ]; then  # this tree against a copy of main in _main/ (same call)
   (cd _main && PYTHONPATH=/tmp/site:$PWD timeout 150 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/main_steps.json" 2>&1 | tee "$OUT/main_steps.log" | grep "^matmul\|floor")
