@@ -30,6 +30,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -105,20 +106,8 @@ def _once_f16(kind: int) -> Callable[[np.ndarray], np.ndarray]:
     return lambda blocks: _f16(exact(blocks))
 
 
-@contextmanager
-def replaced(target: Any, name: str, value: Any) -> Iterator[None]:
-    """Within the block, target.name is value."""
-    old = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, old)
-
-
-@contextmanager
-def dequantized_as(source: str) -> Iterator[None]:
-    """Within the block, quantized weights dequantize as `source` ("f16" or "gpu") says."""
+def dequantized_as(source: str) -> Any:
+    """A context in which quantized weights dequantize as `source` ("f16" or "gpu") says."""
     table = quants._DEQUANT_BLOCKS
     patch: dict[int, Callable[[np.ndarray], np.ndarray]]
     if source == "gpu":
@@ -126,13 +115,7 @@ def dequantized_as(source: str) -> Iterator[None]:
                  quants.Q8_0: _gpu_q8_0}  # fmt: skip
     else:
         patch = {kind: _once_f16(kind) for kind in table}
-    old = dict(table)
-    table.update(patch)
-    try:
-        yield
-    finally:
-        table.clear()
-        table.update(old)
+    return mock.patch.dict(table, patch)
 
 
 def f16_activations() -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -161,10 +144,10 @@ def emulated(sources: set[str], linear: Callable[[np.ndarray, np.ndarray], np.nd
             def append(self: reference_state.KVCache, keys: np.ndarray, values: np.ndarray) -> None:  # fmt: skip
                 exact_append(self, q8_0_round_trip(keys), q8_0_round_trip(values))
 
-            stack.enter_context(replaced(reference_state.KVCache, "append", append))
+            stack.enter_context(mock.patch.object(reference_state.KVCache, "append", append))
         if sources & {"f16", "gpu"}:
             for module in (reference, reference_attention, reference_deltanet):
-                stack.enter_context(replaced(module, "linear", linear))
+                stack.enter_context(mock.patch.object(module, "linear", linear))
         yield
 
 

@@ -73,9 +73,16 @@ seed_llama_source() {
 if [ "$MODE" = accuracy ]; then  # the whole-model accuracy tests alone, with their figures (~3 min)
   timeout 300 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rfP -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" -k "exact_reference" "$@" 2>&1 | tee "$OUT/pytest_accuracy.log" | grep "top-1\|passed\|failed" | grep -v PASSED
 fi
-if [ "$MODE" = compare-suite ]; then  # steps against a copy of main in _main/, then the GPU suite (~9.5 min)
-  (cd _main && PYTHONPATH=/tmp/site:$PWD timeout 110 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/main_steps.json" 2>&1 | tee "$OUT/main_steps.log" | grep "^matmul\|floor")
-  timeout 110 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
+  # whole steps and prefill of a copy of main in _main/, then of this tree (same call); `--keys
+  # none` keeps ROW_VARIANTS to the default alone
+  for tree in _main .; do
+    name=$([ "$tree" = . ] && echo matmul_steps || echo main_steps)
+    (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${STEPS_S:-120}" python3 bench/decode.py --step --matmul-steps \
+      --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
+  done
+fi
+if [ "$MODE" = compare-suite ]; then  # then the whole GPU suite (~9.5 min in all)
   timeout "${PYTEST_S:-330}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
   cat "$OJ_FIGURES"
 fi
@@ -83,10 +90,6 @@ if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then tur
   timeout "${PYTEST_S:-300}" python3 -m pytest tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
-fi
-if [ "$MODE" = compare-main ]; then  # this tree against a copy of main in _main/ (same call)
-  (cd _main && PYTHONPATH=/tmp/site:$PWD timeout 150 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/main_steps.json" 2>&1 | tee "$OUT/main_steps.log" | grep "^matmul\|floor")
-  timeout 150 python3 bench/decode.py --step --matmul-steps --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25

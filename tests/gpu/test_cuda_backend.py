@@ -1,5 +1,5 @@
 """CudaBackend end to end on small synthetic models: whole-model logits against the exact numpy
-reference (engine/reference.py) in every quant mix (top-1 as TOP1_BAR says, mean KL <= 1e-3), batch
+reference (engine/reference.py) in every quant mix (top-1 >= 99.5 %, mean KL <= 1e-3), batch
 invariance (a slot's greedy tokens alone == beside 7 others == with its prompt chunked), and
 speculative rollback (drafts, accepted or not, never change the greedy tokens).
 """
@@ -56,7 +56,7 @@ CLEAR_GAP = 0.1
 # bench/accuracy_emulation.py, which reproduced those, puts today's fragments (d*sc*q exact plus
 # -dmin*m as an f16 pair, rounded about once) at 99.75 % and 99.58 %, and the H200 measured
 # 99.62 % for both (v23d).
-TOP1_BAR = {"f32": 0.995, "q8_0": 0.995, "q4_k_m": 0.995, "mixed": 0.995}
+TOP1_BAR = 0.995
 
 
 def _report(line: str) -> None:
@@ -117,7 +117,7 @@ def test_logits_match_the_exact_reference(models: dict[str, Path], quant: str) -
         _report(f"{quant}: on those {n} positions: mean KL {ours[0]:.2e}, top-1 {ours[1]:.4f}")
         assert ours[0] < theirs.mean_kl, f"mean KL {ours[0]:.2e} not below llama.cpp's"
         assert ours[1] >= theirs.top1, f"top-1 {ours[1]:.4f} below llama.cpp's"
-    assert agree.mean() >= TOP1_BAR[quant], f"top-1 agreement {agree.mean():.4f}"
+    assert agree.mean() >= TOP1_BAR, f"top-1 agreement {agree.mean():.4f}"
 
 
 def _greedy(
