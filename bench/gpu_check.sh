@@ -10,6 +10,8 @@
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
 #   turns                            gpu-pending: product and backend tests, then steps with
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
+#   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
+#                                    against the engine's kernels (a probe, ~2 min)
 #   compare-main                     this tree against a copy of main's in _main/ (untracked, made
 #                                    here: git archive main ... | tar -x -C _main): steps, prefill
 #   compare-suite                    the same, then the whole GPU suite
@@ -90,6 +92,9 @@ if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then tur
   timeout "${PYTEST_S:-300}" python3 -m pytest tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+fi
+if [ "$MODE" = probe ]; then
+  timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4}" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25

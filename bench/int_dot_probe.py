@@ -1,0 +1,162 @@
+"""A probe, not an engine path: Q4_K products on integer dot products (bench/int_dot_probe.cu:
+dp4a on the 4-bit codes and two int8 planes of the activations) against matmul.cu's f16
+tensor-core row kernels, on the same weights: every Q4_K matrix of the 27B Q4_K_M trunk.
+
+Prints (1) the probe's error against float64 numpy on a small matrix (and the engine's, for
+scale), (2) per row count the time of one graph of all Q4_K products, each way, with the
+achieved GB/s against the read bandwidth measured in the same run.
+
+    python bench/int_dot_probe.py [--rows 1,2,4] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import manifest, require_gpu  # noqa: E402
+from bench.decode import model_matrices, read_bandwidth, time_graph  # noqa: E402
+from engine import quants  # noqa: E402
+from engine.cuda import build, kernels, launch, weights  # noqa: E402
+
+PROBE = Path(__file__).with_name("int_dot_probe.cu")
+NW = 4
+
+
+def probe_module() -> Any:
+    import cupy as cp
+
+    text = PROBE.read_text().replace('#include "quant.cuh"', build.module_source(("quant.cuh",)))
+    return cp.RawModule(code=text, options=("-std=c++17", f"-DPROBE_NW={NW}"))
+
+
+class Probe:
+    """The probe's two kernels with their scratch planes for up to max_rows x max_k."""
+
+    def __init__(self, max_rows: int, max_k: int) -> None:
+        import cupy as cp
+
+        mod = probe_module()
+        self.quant = launch.kernel(mod, "quant_x2")
+        self.dots = {r: launch.kernel(mod, f"q4k_dp4a_{r}") for r in (1, 2, 4)}
+        self.xq = cp.zeros(max_rows * max_k * 2 // 4, cp.uint32)
+        self.xs = cp.zeros((max_rows * max_k // 32, 2), cp.float32)
+
+    def quantize(self, x: Any) -> None:
+        R, K = x.shape
+        blocks = R * K // 32
+        self.quant(((blocks + 7) // 8,), (256,), (x, np.int32(K), np.int32(R), self.xq, self.xs))
+
+    def product(self, w: weights.GpuWeight, R: int, y: Any) -> None:
+        tiles = -(-w.rows // 16)
+        args = (
+            w.planes[0],
+            np.int32(w.rows),
+            np.int32(w.cols),
+            self.xq,
+            self.xs,
+            y,
+            np.int32(y.shape[1]),
+        )
+        self.dots[R]((tiles,), (32 * NW,), args)
+
+
+def check(probe: Probe) -> dict[str, float]:
+    """Relative errors against float64 on a 72 x 768 Q4_K matrix, 4 rows."""
+    import cupy as cp
+
+    rng = np.random.default_rng(7)
+    raw = weights.random_block_bytes(weights.Q4_K, 72, 768, 11, xp=np)
+    dense = quants.dequantize(raw, weights.Q4_K, (72, 768)).astype(np.float64)
+    w = weights.upload("probe", raw, weights.Q4_K, 72, 768)
+    out = {}
+    for R in (1, 2, 4):
+        x = rng.standard_normal((R, 768)).astype(np.float32)
+        ref = x.astype(np.float64) @ dense.T
+        y = cp.full((R, 72), np.nan, cp.float32)
+        probe.quantize(cp.asarray(x))
+        probe.product(w, R, y)
+        ye = cp.full((R, 72), np.nan, cp.float32)
+        kernels.matmul(w, cp.asarray(x), ye)
+        cp.cuda.Device().synchronize()
+        for name, got in (("probe", y), ("engine", ye)):
+            got_h = cp.asnumpy(got)
+            assert np.isfinite(got_h).all(), f"{name}: unwritten outputs"
+            out[f"{name}_rel_err_{R}"] = float(np.linalg.norm(got_h - ref) / np.linalg.norm(ref))
+    return out
+
+
+def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float) -> dict[str, Any]:  # fmt: skip
+    """One graph of every product at R rows, three ways: the engine's kernels; the probe with
+    the activations quantized before each product (an upper bound: fused products share
+    theirs); the probe's dot products alone."""
+    import cupy as cp
+
+    ks = sorted({m.cols for m in mats})
+    x = {k: cp.random.default_rng(k).standard_normal((R, k), dtype=cp.float32) for k in ks}
+    xh = {k: kernels.pack_activations(v) for k, v in x.items()}
+    y = cp.empty((R, max(m.rows for m in mats)), cp.float32)
+
+    def engine() -> None:
+        for m in mats:
+            kernels.matmul(m, x[m.cols], y, xh=xh[m.cols])
+
+    def probed() -> None:
+        for m in mats:
+            probe.quantize(x[m.cols])
+            probe.product(m, R, y)
+
+    def probed_dots() -> None:
+        for m in mats:
+            probe.product(m, R, y)
+
+    row: dict[str, Any] = {"rows": R}
+    for name, fn in (("engine", engine), ("probe", probed), ("probe_dots_only", probed_dots)):
+        t = time_graph(fn)
+        row[f"{name}_ms"] = t * 1e3
+        row[f"{name}_tb_s"] = nbytes / t / 1e12
+        row[f"{name}_x_floor"] = t / (nbytes / bw)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1,2,4")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    require_gpu("bench/int_dot_probe.py")
+
+    info: dict[str, Any] = {"manifest": manifest()}
+    mats = [m for m in model_matrices() if m.ggml_type == weights.Q4_K]
+    kmax = max(m.cols for m in mats)
+    rows = [int(r) for r in args.rows.split(",")]
+    probe = Probe(max(rows), kmax)
+    info["check"] = check(probe)
+    print("check", json.dumps(info["check"]), flush=True)
+    bw = read_bandwidth()
+    nbytes = sum(m.nbytes for m in mats)
+    info.update(read_tb_s=bw / 1e12, q4k_bytes=nbytes, q4k_matrices=len(mats))
+    print(
+        f"read {bw / 1e12:.3f} TB/s; {len(mats)} Q4_K matrices, {nbytes / 1e9:.2f} GB; floor {nbytes / bw * 1e3:.3f} ms"
+    )
+    results = []
+    for R in rows:
+        row = time_rows(probe, mats, R, nbytes, bw)
+        results.append(row)
+        print("rows", json.dumps(row), flush=True)
+    info["results"] = results
+    if args.json:
+        args.json.write_text(json.dumps(info, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
