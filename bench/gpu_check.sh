@@ -21,6 +21,8 @@
 #                                    variants, the attention variants at 512-23K contexts
 #                                    (CONTEXTS, default 16,16tc) and OpenJet's server
 #                                    (bench/parallel.py --engines openjet; carry: .whl)
+#   server                           OpenJet's server alone (bench/parallel.py --engines openjet:
+#                                    1 and 4 agents, 4 at 23K, beside a 20K prompt; ~4.5 min)
 #   trace                            OpenJet's server at 1 and 4 agents, its backend calls traced
 #                                    (bench/step_trace.py: the longest calls and gaps)
 #   ahead                            OpenJet's server (bench/parallel.py --engines openjet, 1 and
@@ -94,7 +96,7 @@ if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then tur
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = probe ]; then
-  timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4}" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
+  timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
@@ -123,6 +125,11 @@ if [ "$MODE" = ahead ]; then  # OpenJet's server with launch-ahead on, then off 
       --budget 250 --scheduler "$fields" --json "$OUT/parallel_ahead${fields:+_off}.json" 2>&1 \
       | tee -a "$OUT/parallel_ahead.log" | grep "per agent\|goal"
   done
+fi
+if [ "$MODE" = server ]; then
+  timeout "${SERVER_S:-280}" python3 bench/parallel.py --engines openjet --agents "${AGENTS:-1,4}" \
+    --context-agents "${CONTEXT_AGENTS:-4}" --budget "${BUDGET:-260}" --json "$OUT/parallel.json" 2>&1 \
+    | tee "$OUT/parallel.log" | grep "per agent\|goal"
 fi
 if [ "$MODE" = trace ]; then  # OpenJet's server at 1 and 4 agents with its backend calls traced (~4 min)
   timeout 260 python3 bench/parallel.py --engines openjet --agents 1,4 --context-agents "" \

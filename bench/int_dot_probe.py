@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,12 @@ from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 PROBE = Path(__file__).with_name("int_dot_probe.cu")
 NW = 4
+SEG_ROWS = (1, 2, 4)  # the dp4a kernels' row counts (q4k_seg_<R>)
+MMA_ROWS = 8  # q4k_mma8 and q4k_mma8_sb take 1 to 8 rows
+# seg: dp4a, scales per 32; mma: int8 tensor cores, scales per 32; mma_sb: one activation scale
+# per 256, the sub-block scales applied to int32 sums; mma_r: mma on repacked code bytes;
+# mma_rf: the same with the mma free of `volatile` (the compiler may schedule it earlier)
+KINDS = ("seg", "mma", "mma_r", "mma_rf", "mma_sb")
 
 
 def probe_module() -> Any:
@@ -46,27 +54,58 @@ class Probe:
 
         mod = probe_module()
         self.quant = launch.kernel(mod, "quant_x2")
-        self.dots = {r: launch.kernel(mod, f"q4k_dp4a_{r}") for r in (1, 2, 4)}
+        self.dots = {r: launch.kernel(mod, f"q4k_seg_{r}") for r in SEG_ROWS}
+        self.mma = launch.kernel(mod, "q4k_mma8")
+        self.mma_r = launch.kernel(mod, "q4k_mma8_r")
+        self.mma_rf = launch.kernel(mod, "q4k_mma8_rf")
+        self._repacked: dict[str, weights.GpuWeight] = {}
+        self.quant_sb = launch.kernel(mod, "quant_x2_sb")
+        self.mma_sb = launch.kernel(mod, "q4k_mma8_sb")
+        self.xsb = cp.zeros(max_k // 32 * 8, cp.int32)
+        self.slt = cp.zeros(max_k // 256 * 8, cp.float32)
         self.xq = cp.zeros(max_rows * max_k * 2 // 4, cp.uint32)
         self.xs = cp.zeros((max_rows * max_k // 32, 2), cp.float32)
+        self.xst = cp.zeros((max_k // 32 * 8, 2), cp.float32)
 
-    def quantize(self, x: Any) -> None:
+    def repacked(self, w: weights.GpuWeight) -> weights.GpuWeight:
+        """w with each unit's code bytes in q4k_mma8_r's order (made once per weight): new
+        byte 32t + 8j + r holds old byte 32j + 8t + r (lane t's words of chunk j)."""
+        if w.name not in self._repacked:
+            n = np.arange(128)
+            old = 32 * ((n % 32) // 8) + 8 * (n // 32) + n % 8
+            order = np.concatenate([np.arange(16), 16 + old])
+            import cupy as cp
+
+            units = w.planes[0].reshape(-1, 144)[:, cp.asarray(order)]
+            self._repacked[w.name] = replace(w, planes=(cp.ascontiguousarray(units).reshape(-1),))
+        return self._repacked[w.name]
+
+    def quantize(self, x: Any, kind: str = "seg") -> None:
         R, K = x.shape
+        if kind == "mma_sb":  # one warp per super-block and row
+            items = R * K // 256
+            args = (x, np.int32(K), np.int32(R), self.xq, self.xsb, self.slt)
+            self.quant_sb(((items + 7) // 8,), (256,), args)
+            return
         blocks = R * K // 32
-        self.quant(((blocks + 7) // 8,), (256,), (x, np.int32(K), np.int32(R), self.xq, self.xs))
-
-    def product(self, w: weights.GpuWeight, R: int, y: Any) -> None:
-        tiles = -(-w.rows // 16)
-        args = (
-            w.planes[0],
-            np.int32(w.rows),
-            np.int32(w.cols),
-            self.xq,
-            self.xs,
-            y,
-            np.int32(y.shape[1]),
+        self.quant(
+            ((blocks + 7) // 8,), (256,), (x, np.int32(K), np.int32(R), self.xq, self.xs, self.xst)
         )
-        self.dots[R]((tiles,), (32 * NW,), args)
+
+    def product(self, w: weights.GpuWeight, R: int, y: Any, kind: str = "seg") -> None:
+        tiles = -(-w.rows // 16)
+        shape = (w.planes[0], np.int32(w.rows), np.int32(w.cols), self.xq)
+        ldy = np.int32(y.shape[1])
+        if kind == "mma":
+            self.mma((tiles,), (32 * NW,), (*shape, self.xst, y, ldy, np.int32(R)))
+        elif kind in ("mma_r", "mma_rf"):
+            packed = self.repacked(w).planes[0]
+            fn = self.mma_r if kind == "mma_r" else self.mma_rf
+            fn((tiles,), (32 * NW,), (packed, *shape[1:], self.xst, y, ldy, np.int32(R)))
+        elif kind == "mma_sb":
+            self.mma_sb((tiles,), (32 * NW,), (*shape, self.xsb, self.slt, y, ldy, np.int32(R)))
+        else:
+            self.dots[R]((tiles,), (32 * NW,), (*shape, self.xs, y, ldy))
 
 
 def check(probe: Probe) -> dict[str, float]:
@@ -78,26 +117,30 @@ def check(probe: Probe) -> dict[str, float]:
     dense = quants.dequantize(raw, weights.Q4_K, (72, 768)).astype(np.float64)
     w = weights.upload("probe", raw, weights.Q4_K, 72, 768)
     out = {}
-    for R in (1, 2, 4):
+    for R in (1, 2, 4, 8):
         x = rng.standard_normal((R, 768)).astype(np.float32)
         ref = x.astype(np.float64) @ dense.T
-        y = cp.full((R, 72), np.nan, cp.float32)
-        probe.quantize(cp.asarray(x))
-        probe.product(w, R, y)
-        ye = cp.full((R, 72), np.nan, cp.float32)
-        kernels.matmul(w, cp.asarray(x), ye)
+        got: dict[str, Any] = {}
+        for kind in KINDS:
+            if kind == "seg" and R not in SEG_ROWS:
+                continue
+            probe.quantize(cp.asarray(x), kind)
+            got[kind] = cp.full((R, 72), np.nan, cp.float32)
+            probe.product(w, R, got[kind], kind)
+        got["engine"] = cp.full((R, 72), np.nan, cp.float32)
+        kernels.matmul(w, cp.asarray(x), got["engine"])
         cp.cuda.Device().synchronize()
-        for name, got in (("probe", y), ("engine", ye)):
-            got_h = cp.asnumpy(got)
+        for name, y in got.items():
+            got_h = cp.asnumpy(y)
             assert np.isfinite(got_h).all(), f"{name}: unwritten outputs"
             out[f"{name}_rel_err_{R}"] = float(np.linalg.norm(got_h - ref) / np.linalg.norm(ref))
     return out
 
 
 def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float) -> dict[str, Any]:  # fmt: skip
-    """One graph of every product at R rows, three ways: the engine's kernels; the probe with
-    the activations quantized before each product (an upper bound: fused products share
-    theirs); the probe's dot products alone."""
+    """One graph of every product at R rows: the engine's kernels; each probe kernel with the
+    activations quantized before each product (an upper bound: fused products share theirs)
+    and its dot products alone."""
     import cupy as cp
 
     ks = sorted({m.cols for m in mats})
@@ -109,17 +152,21 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
         for m in mats:
             kernels.matmul(m, x[m.cols], y, xh=xh[m.cols])
 
-    def probed() -> None:
-        for m in mats:
-            probe.quantize(x[m.cols])
-            probe.product(m, R, y)
+    def probed(quantize: bool, kind: str) -> Callable[[], None]:
+        def launch() -> None:
+            for m in mats:
+                if quantize:
+                    probe.quantize(x[m.cols], kind)
+                probe.product(m, R, y, kind)
 
-    def probed_dots() -> None:
-        for m in mats:
-            probe.product(m, R, y)
+        return launch
 
+    variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
+    for kind in KINDS:
+        if (kind == "seg" and R in SEG_ROWS) or (kind != "seg" and R <= MMA_ROWS):
+            variants += [(kind, probed(True, kind)), (f"{kind}_dots_only", probed(False, kind))]
     row: dict[str, Any] = {"rows": R}
-    for name, fn in (("engine", engine), ("probe", probed), ("probe_dots_only", probed_dots)):
+    for name, fn in variants:
         t = time_graph(fn)
         row[f"{name}_ms"] = t * 1e3
         row[f"{name}_tb_s"] = nbytes / t / 1e12
@@ -129,7 +176,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,2,4")
+    parser.add_argument("--rows", default="1,2,4,8")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/int_dot_probe.py")
@@ -138,7 +185,7 @@ def main() -> int:
     mats = [m for m in model_matrices() if m.ggml_type == weights.Q4_K]
     kmax = max(m.cols for m in mats)
     rows = [int(r) for r in args.rows.split(",")]
-    probe = Probe(max(rows), kmax)
+    probe = Probe(max(MMA_ROWS, *rows), kmax)
     info["check"] = check(probe)
     print("check", json.dumps(info["check"]), flush=True)
     bw = read_bandwidth()
