@@ -96,7 +96,8 @@ if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then tur
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = probe ]; then
-  timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
+  timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" \
+    ${GIANT_GB:+--giant-gb "$GIANT_GB"} ${KINDS:+--kinds "$KINDS"} 2>&1 | tee "$OUT/probe.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25

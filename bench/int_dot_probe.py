@@ -137,7 +137,7 @@ def check(probe: Probe) -> dict[str, float]:
     return out
 
 
-def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float) -> dict[str, Any]:  # fmt: skip
+def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:  # fmt: skip
     """One graph of every product at R rows: the engine's kernels; each probe kernel with the
     activations quantized before each product (an upper bound: fused products share theirs)
     and its dot products alone."""
@@ -162,7 +162,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
         return launch
 
     variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
-    for kind in KINDS:
+    for kind in kinds:
         if (kind == "seg" and R in SEG_ROWS) or (kind != "seg" and R <= MMA_ROWS):
             variants += [(kind, probed(True, kind)), (f"{kind}_dots_only", probed(False, kind))]
     row: dict[str, Any] = {"rows": R}
@@ -178,11 +178,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="1,2,4,8")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"of {KINDS}")
+    parser.add_argument(
+        "--giant-gb",
+        type=float,
+        default=0.0,
+        help="instead of the model's matrices, ONE Q4_K matrix of about this many GB (K 5,120): "
+        "each kernel's steady streaming rate, without launch boundaries",
+    )
     args = parser.parse_args()
+    kinds = tuple(args.kinds.split(","))
     require_gpu("bench/int_dot_probe.py")
 
     info: dict[str, Any] = {"manifest": manifest()}
-    mats = [m for m in model_matrices() if m.ggml_type == weights.Q4_K]
+    if args.giant_gb > 0:
+        n = int(args.giant_gb * 1e9 / (5120 * 144 / 256)) // 16 * 16
+        mats = [weights.random_weight("giant", weights.Q4_K, n, 5120, 1)]
+    else:
+        mats = [m for m in model_matrices() if m.ggml_type == weights.Q4_K]
     kmax = max(m.cols for m in mats)
     rows = [int(r) for r in args.rows.split(",")]
     probe = Probe(max(MMA_ROWS, *rows), kmax)
@@ -196,7 +209,7 @@ def main() -> int:
     )
     results = []
     for R in rows:
-        row = time_rows(probe, mats, R, nbytes, bw)
+        row = time_rows(probe, mats, R, nbytes, bw, kinds)
         results.append(row)
         print("rows", json.dumps(row), flush=True)
     info["results"] = results
