@@ -10,7 +10,11 @@ with the backend's roundings put in, one source or several:
   f16(d*sc*q + Mhi) + Mlo, Mhi + Mlo = -dmin*m as an f16 pair (`_gpu_k4`; before, as
   f16(q * f16(d*sc) - f16(dmin*m)), whose f16 scale products put an error of the
   size of the min term's last bit into every weight of a sub-block), Q6_K as
-  f16(q * f16(d*sc)), Q8_0 as f16(q * d).
+  f16(q * f16(d*sc)), Q8_0 as f16(q * d);
+- `int`: the products of quantized weights on integer dot products (bench/int_dot_probe.cu):
+  each 32-element block of the activations as two int8 planes, x ~= slo * (254 h + l) with
+  slo = max|x| / (127 * 254), the weights exact (their codes times the planes sum exactly in
+  int32; scales apply in f32); `int8`: one plane, x ~= s * h (llama.cpp's q8_1 way).
 
 F32 weights (every weight of the f32 mix; the DeltaNet alpha and beta projections of every mix)
 keep exact products, as mm_f32_exact gives them, and the token embedding stays exact (the GPU
@@ -49,7 +53,8 @@ from engine.reference import ReferenceModel
 from tests.support import accuracy_cases as cases
 
 REPORT_AFTER = (4, 10, 20)
-SOURCES = ("kv", "f16", "gpu")
+SOURCES = ("kv", "f16", "gpu", "int", "int8")
+PRODUCT_SOURCES = {"f16", "gpu", "int", "int8"}  # at most one: each replaces the products
 
 
 def q8_0_round_trip(values: np.ndarray) -> np.ndarray:
@@ -134,6 +139,47 @@ def f16_activations() -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return linear
 
 
+def int_planes(x: np.ndarray, planes: int) -> np.ndarray:
+    """x with each 32-element block along the last axis rounded as `planes` int8 planes say."""
+    blocks = np.asarray(x, np.float64).reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+    s = np.abs(blocks).max(-1, keepdims=True) / 127.0
+    s = np.where(s == 0, 1.0, s)
+    h = np.clip(np.round(blocks / s), -127, 127)
+    if planes == 1:
+        return (s * h).reshape(x.shape).astype(np.float32)
+    slo = s / 254.0
+    low = np.clip(np.round((blocks - s * h) / slo), -127, 127)
+    return (slo * (254.0 * h + low)).reshape(x.shape).astype(np.float32)
+
+
+@contextmanager
+def quantized_weights_recorded() -> Iterator[set[int]]:
+    """Within the block, the ids of the float32 arrays the quantized tensors dequantize to (the
+    reference keeps those very arrays as its weights)."""
+    ids: set[int] = set()
+    exact = quants.dequantize
+
+    def dequantize(data: np.ndarray, ggml_type: int, shape: Any) -> np.ndarray:
+        out = exact(data, ggml_type, shape)
+        if ggml_type in quants._DEQUANT_BLOCKS:
+            ids.add(id(out))
+        return out
+
+    with mock.patch.object(quants, "dequantize", dequantize):
+        yield ids
+
+
+def int_activations(quantized: set[int], planes: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
+    """reference_ops.linear with the activations of quantized weights' products as int8 planes."""
+
+    def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        if id(weight) in quantized:
+            x = int_planes(x, planes)
+        return reference_ops.linear(x, weight)
+
+    return linear
+
+
 @contextmanager
 def emulated(sources: set[str], linear: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Iterator[None]:  # fmt: skip
     """Within the block, the reference computes with the roundings of `sources`."""
@@ -145,7 +191,7 @@ def emulated(sources: set[str], linear: Callable[[np.ndarray, np.ndarray], np.nd
                 exact_append(self, q8_0_round_trip(keys), q8_0_round_trip(values))
 
             stack.enter_context(mock.patch.object(reference_state.KVCache, "append", append))
-        if sources & {"f16", "gpu"}:
+        if sources & PRODUCT_SOURCES:
             for module in (reference, reference_attention, reference_deltanet):
                 stack.enter_context(mock.patch.object(module, "linear", linear))
         yield
@@ -158,17 +204,19 @@ def main() -> None:
     parser.add_argument("--sources", default="kv", help=f"comma-separated, of {SOURCES}")
     args = parser.parse_args()
     sources = set(args.sources.split(","))
-    if not sources <= set(SOURCES) or {"f16", "gpu"} <= sources:
-        parser.error(f"--sources: some of {SOURCES}, at most one of f16 and gpu")
+    if not sources <= set(SOURCES) or len(sources & PRODUCT_SOURCES) > 1:
+        parser.error(f"--sources: some of {SOURCES}, at most one of {sorted(PRODUCT_SOURCES)}")
     with tempfile.TemporaryDirectory() as folder:
         path = cases.write_models(Path(folder), (args.mix,))[args.mix]
         exact_model = ReferenceModel(open_gguf(path))
         weights = sources & {"f16", "gpu"}
-        with dequantized_as(weights.pop()) if weights else nullcontext():
+        with dequantized_as(weights.pop()) if weights else nullcontext(), quantized_weights_recorded() as quantized:  # fmt: skip
             model = ReferenceModel(open_gguf(path))
     # the embedding rows are gathered in f32 on the GPU (embed_rows), not through the products
     model.weights = replace(model.weights, embed=exact_model.weights.embed)
     linear = f16_activations()
+    if sources & {"int", "int8"}:
+        linear = int_activations(quantized, 2 if "int" in sources else 1)
     agree: list[np.ndarray] = []
     kl: list[np.ndarray] = []
     for i in range(args.prompts):
