@@ -12,6 +12,8 @@
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
+#   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
+#                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (untracked, made
 #                                    here: git archive main ... | tar -x -C _main): steps, prefill
 #   compare-suite                    the same, then the whole GPU suite
@@ -98,6 +100,9 @@ fi
 if [ "$MODE" = probe ]; then
   timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} ${KINDS:+--kinds "$KINDS"} 2>&1 | tee "$OUT/probe.log"
+fi
+if [ "$MODE" = chain ]; then
+  timeout "${PROBE_S:-240}" python3 bench/chain_probe.py --json "$OUT/chain.json" 2>&1 | tee "$OUT/chain.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25

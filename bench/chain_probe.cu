@@ -1,0 +1,131 @@
+// A probe (bench/chain_probe.py), not an engine kernel; compiled after bench/int_dot_probe.cu
+// (its dp4a helpers and activation planes). Question asked: how much of the ~4-5 us that every
+// product launch loses against its kernel's own streaming rate (bench/NOTES.md v24) does ONE
+// persistent kernel win back, running a step's products one after another with a grid barrier
+// between them (each product needs the one before it, as in the forward pass), and loading
+// the next product's first weights before it waits at the barrier?
+//
+// Work: an item is one super-block of one 16-row tile (2,304 contiguous bytes of Q4_K units),
+// so a 5,120 x 5,120 product has 6,400 items and every warp of the grid gets a near-equal
+// share (whole tiles per CTA left a tail in v8b). Item results go to part[sb][n] (a consumer
+// would sum a row's partials in sb order: a fixed order). One activation row.
+struct ChainProduct {
+    const u8* W;        // tile-major Q4_K units
+    const uint4* xq;    // activation planes (quant_x2), one row
+    const float2* xs;   // (slo, xsum) per 32-element block
+    int rows, cols;     // N, K
+    int tiles, items;   // ceil(N / 16), tiles * K / 256
+};
+
+// The 16 units of one item: lane 8 g + s holds units g, g + 4, g + 8, g + 12, code segment s.
+struct ChainLoad {
+    uint4 hdr[4], q[4];
+};
+
+OJ_DEV void chain_load(const ChainProduct& P, int item, int lane, ChainLoad& L) {
+    const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, s = lane & 7, g = lane >> 3;
+    const u8* base = P.W + ((size_t)tile * nsb + sb) * 16 * 144;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const u8* u = base + (size_t)(g + 4 * k) * 144;
+        L.hdr[k] = *(const uint4*)u;
+        L.q[k] = *(const uint4*)(u + 16 + 16 * s);
+    }
+}
+
+// One item: the dp4a products of q4k_seg<1> (int_dot_probe.cu) over one super-block, each
+// unit's 8 segment sums added by a fixed xor tree, written to part[sb][n].
+OJ_DEV void chain_item(const ChainProduct& P, int item, int lane, const ChainLoad& L,
+                       float* __restrict__ part) {
+    const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, s = lane & 7, g = lane >> 3;
+    const int j = s >> 1, half = s & 1;
+    const u32 sel = 0x4140u + 0x0202u * (u32)(j & 1);
+    const uint4* xr = P.xq + ((size_t)sb * 4 + j) * 8 + 4 * half;
+    uint4 a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = __ldg(xr + i);
+    const float2 s0 = __ldg(P.xs + (size_t)sb * 8 + 2 * j), s1 = __ldg(P.xs + (size_t)sb * 8 + 2 * j + 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const u32 y = __byte_perm(L.hdr[k].y, 0u, sel), z = __byte_perm(L.hdr[k].z, 0u, sel);
+        const u32 w = __byte_perm(L.hdr[k].w, 0u, sel);
+        const u32 sc = j < 2 ? (y & 0x003F003Fu) : ((w & 0x000F000Fu) | ((y >> 2) & 0x00300030u));
+        const u32 mn = j < 2 ? (z & 0x003F003Fu) : (((w >> 4) & 0x000F000Fu) | ((z >> 2) & 0x00300030u));
+        const float d = h2f((u16)(L.hdr[k].x & 0xFFFFu)), dmin = h2f((u16)(L.hdr[k].x >> 16));
+        const float ds0 = d * (float)(sc & 0xFFFFu), ds1 = d * 0.0625f * (float)(sc >> 16);
+        const float dm0 = -dmin * (float)(mn & 0xFFFFu), dm1 = -dmin * (float)(mn >> 16);
+        int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 v = word_of(L.q[k], i);
+            const u32 lo = v & 0x0F0F0F0Fu, hi = v & 0xF0F0F0F0u;
+            ih0 = dp4a(lo, a[i].x, ih0);
+            il0 = dp4a(lo, a[i].y, il0);
+            ih1 = dp4a_us(hi, a[i].z, ih1);
+            il1 = dp4a_us(hi, a[i].w, il1);
+        }
+        float v = ds0 * (s0.x * (float)(254 * ih0 + il0));
+        v = fmaf(ds1, s1.x * (float)(254 * ih1 + il1), v);
+        v = fmaf(dm0, 0.5f * s0.y, v);
+        v = fmaf(dm1, 0.5f * s1.y, v);
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        const int n = tile * 16 + g + 4 * k;
+        if (s == 0 && n < P.rows) part[(size_t)sb * P.rows + n] = v;
+    }
+}
+
+// Every CTA arrives once per barrier; thread 0 spins until all have. A spin that runs out
+// (CTAs not all resident: the grid was sized wrong) sets *failed, after which no barrier
+// waits, so the probe reports it instead of hanging.
+OJ_DEV void chain_barrier(unsigned* bar, unsigned target, int* failed) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(bar, 1u);
+        unsigned seen;
+        int spins = 0;
+        do {
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(bar) : "memory");
+        } while (seen < target && ++spins < (1 << 20) && !*(volatile int*)failed);
+        if (seen < target) atomicExch(failed, 1);  // later barriers then wait no more
+    }
+    __syncthreads();
+}
+
+// grid: every CTA resident at once (chain_probe.py sizes it from the occupancy); 4 warps.
+// barriers != 0: a barrier after every product but the last. The warp's next item (in this
+// product or a later one) is loaded before the current one is computed, so the first loads
+// of product p + 1 are in flight while the CTA waits at barrier p.
+extern "C" __global__ void __launch_bounds__(128, 4)
+    chain_q4k(const ChainProduct* __restrict__ prods, int n_prods, float* __restrict__ part,
+              unsigned* bar, int barriers, int* failed) {
+    const int lane = threadIdx.x & 31;
+    const int wg = blockIdx.x * 4 + (threadIdx.x >> 5), nw = gridDim.x * 4;
+    // the warp's item sequence: products in order, items wg, wg + nw, ... of each
+    int p = 0, item = wg;
+    while (p < n_prods && item >= prods[p].items) {
+        ++p;
+        item = wg;
+    }
+    ChainLoad cur, next;
+    if (p < n_prods) chain_load(prods[p], item, lane, cur);
+    oj_grid_dep();  // launched one per product (the `launches` variant): as matmul.cu's kernels
+    for (int q = 0; q < n_prods; ++q) {
+        while (p == q) {
+            // the next item of the sequence, loaded before this one is computed
+            int np = p, ni = item + nw;
+            while (np < n_prods && ni >= prods[np].items) {
+                ++np;
+                ni = wg;
+            }
+            if (np < n_prods) chain_load(prods[np], ni, lane, next);
+            chain_item(prods[p], item, lane, cur, part);
+            p = np;
+            item = ni;
+            cur = next;
+        }
+        if (barriers && q + 1 < n_prods) chain_barrier(bar, (unsigned)(q + 1) * gridDim.x, failed);
+    }
+}
