@@ -35,8 +35,9 @@ SEG_ROWS = (1, 2, 4)  # the dp4a kernels' row counts (q4k_seg_<R>)
 MMA_ROWS = 8  # q4k_mma8 and q4k_mma8_sb take 1 to 8 rows
 # seg: dp4a, scales per 32; mma: int8 tensor cores, scales per 32; mma_sb: one activation scale
 # per 256, the sub-block scales applied to int32 sums; mma_r: mma on repacked code bytes;
-# mma_rf: the same with the mma free of `volatile` (the compiler may schedule it earlier)
-KINDS = ("seg", "mma", "mma_r", "mma_rf", "mma_sb")
+# mma_rf: the same with the mma free of `volatile` (the compiler may schedule it earlier);
+# seg_canon: dp4a at one row in mma_r's order of f32 operations (the same bits: checked)
+KINDS = ("seg", "seg_canon", "mma", "mma_r", "mma_rf", "mma_sb")
 
 
 def probe_module() -> Any:
@@ -58,6 +59,7 @@ class Probe:
         self.mma = launch.kernel(mod, "q4k_mma8")
         self.mma_r = launch.kernel(mod, "q4k_mma8_r")
         self.mma_rf = launch.kernel(mod, "q4k_mma8_rf")
+        self.seg_canon = launch.kernel(mod, "q4k_seg_canon")
         self._repacked: dict[str, weights.GpuWeight] = {}
         self.quant_sb = launch.kernel(mod, "quant_x2_sb")
         self.mma_sb = launch.kernel(mod, "q4k_mma8_sb")
@@ -102,6 +104,8 @@ class Probe:
             packed = self.repacked(w).planes[0]
             fn = self.mma_r if kind == "mma_r" else self.mma_rf
             fn((tiles,), (32 * NW,), (packed, *shape[1:], self.xst, y, ldy, np.int32(R)))
+        elif kind == "seg_canon":
+            self.seg_canon((tiles,), (32 * NW,), (*shape, self.xs, y, ldy))
         elif kind == "mma_sb":
             self.mma_sb((tiles,), (32 * NW,), (*shape, self.xsb, self.slt, y, ldy, np.int32(R)))
         else:
@@ -122,7 +126,7 @@ def check(probe: Probe) -> dict[str, float]:
         ref = x.astype(np.float64) @ dense.T
         got: dict[str, Any] = {}
         for kind in KINDS:
-            if kind == "seg" and R not in SEG_ROWS:
+            if (kind == "seg" and R not in SEG_ROWS) or (kind == "seg_canon" and R != 1):
                 continue
             probe.quantize(cp.asarray(x), kind)
             got[kind] = cp.full((R, 72), np.nan, cp.float32)
@@ -134,6 +138,9 @@ def check(probe: Probe) -> dict[str, float]:
             got_h = cp.asnumpy(y)
             assert np.isfinite(got_h).all(), f"{name}: unwritten outputs"
             out[f"{name}_rel_err_{R}"] = float(np.linalg.norm(got_h - ref) / np.linalg.norm(ref))
+        if "seg_canon" in got:  # the invariance question: the same bits as the mma kernel?
+            diff = cp.abs(got["seg_canon"] - got["mma_r"]).max()
+            out["seg_canon_vs_mma_r_max_abs_diff"] = float(diff)
     return out
 
 
@@ -163,7 +170,11 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
     variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
     for kind in kinds:
-        if (kind == "seg" and R in SEG_ROWS) or (kind != "seg" and R <= MMA_ROWS):
+        if (
+            (kind == "seg" and R in SEG_ROWS)
+            or (kind == "seg_canon" and R == 1)
+            or (kind not in ("seg", "seg_canon") and R <= MMA_ROWS)
+        ):
             variants += [(kind, probed(True, kind)), (f"{kind}_dots_only", probed(False, kind))]
     row: dict[str, Any] = {"rows": R}
     for name, fn in variants:
