@@ -1,17 +1,18 @@
 """A probe, not an engine path: do the ~4-5 us that each product launch loses (bench/NOTES.md
 v24) come back when a step's products run inside ONE persistent kernel with a grid barrier
 between consecutive products? bench/chain_probe.cu runs every Q4_K product of the 27B Q4_K_M
-trunk in forward order, one activation row, on int_dot_probe.cu's dp4a inner loop, with work
-items of one super-block of one 16-row tile shared evenly by all warps.
+trunk in forward order with work items of one super-block of one 16-row tile shared evenly by
+all warps: at one activation row on int_dot_probe.cu's dp4a loop (`chain_q4k`), at 2-8 rows on
+its int8 mma loop over repacked code bytes (`chain_q4k_mma`).
 
-Prints, in one run, the time of all products:
-  - `launches`: the same kernel launched once per product (a graph of launches);
+Prints, in one run and per row count, the time of all products:
+  - `engine`: the engine's f16 row kernels (a graph of launches);
+  - `launches`: the probe's kernel launched once per product (a graph of launches);
   - `persistent`: one launch, a grid barrier after every product;
   - `no_barrier`: one launch, no barrier (the streaming rate of the item walk alone);
-  - `engine`: the engine's f16 row kernels (a graph of launches);
 with the achieved TB/s against the read bandwidth measured in the same run.
 
-    python bench/chain_probe.py [--json out.json]
+    python bench/chain_probe.py [--rows 1,4,8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
 from bench.decode import model_matrices, read_bandwidth, time_graph  # noqa: E402
+from bench.int_dot_probe import repack_codes  # noqa: E402
 from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -39,6 +42,7 @@ PRODUCT = np.dtype(
         ("W", "<u8"),
         ("xq", "<u8"),
         ("xs", "<u8"),
+        ("xst", "<u8"),
         ("rows", "<i4"),
         ("cols", "<i4"),
         ("tiles", "<i4"),
@@ -55,35 +59,63 @@ def chain_module() -> Any:
     return cp.RawModule(code=text + (HERE / "chain_probe.cu").read_text(), options=("-std=c++17",))
 
 
-def planes(module: Any, ks: list[int]) -> dict[int, tuple[Any, Any]]:
-    """One activation row per K, quantized to the probe's planes: {K: (xq, xs)}."""
+MAX_ROWS = 8  # chain_q4k_mma's n-tile
+
+
+def planes(module: Any, x: dict[int, Any]) -> dict[int, tuple[Any, Any, Any]]:
+    """The activation rows x[K] (f32 [R][K], R <= 8) as the probe's planes: {K: (xq, xs, xst)}."""
     import cupy as cp
 
     quant = module.get_function("quant_x2")
     out = {}
-    for k in ks:
-        x = cp.random.default_rng(k).standard_normal((1, k), dtype=cp.float32)
-        xq = cp.zeros(k * 2 // 4, cp.uint32)
-        xs = cp.zeros((k // 32, 2), cp.float32)
+    for k, rows in x.items():
+        R = rows.shape[0]
+        xq = cp.zeros(R * k * 2 // 4, cp.uint32)
+        xs = cp.zeros((R * k // 32, 2), cp.float32)
         xst = cp.zeros((k // 32 * 8, 2), cp.float32)
-        quant(((k // 32 + 7) // 8,), (256,), (x, np.int32(k), np.int32(1), xq, xs, xst))
-        out[k] = (xq, xs)
+        quant(((R * k // 32 + 7) // 8,), (256,), (rows, np.int32(k), np.int32(R), xq, xs, xst))
+        out[k] = (xq, xs, xst)
     return out
 
 
-def descriptors(mats: list[weights.GpuWeight], xplanes: dict[int, tuple[Any, Any]]) -> Any:
+def descriptors(mats: list[weights.GpuWeight], xplanes: dict[int, tuple[Any, Any, Any]]) -> Any:
     import cupy as cp
 
     table = np.zeros(len(mats), PRODUCT)
     for i, m in enumerate(mats):
-        xq, xs = xplanes[m.cols]
+        xq, xs, xst = xplanes[m.cols]
         tiles = -(-m.rows // 16)
-        table[i] = (m.planes[0].data.ptr, xq.data.ptr, xs.data.ptr, m.rows, m.cols, tiles, tiles * (m.cols // 256))  # fmt: skip
+        ptrs = (m.planes[0].data.ptr, xq.data.ptr, xs.data.ptr, xst.data.ptr)
+        table[i] = (*ptrs, m.rows, m.cols, tiles, tiles * (m.cols // 256))
     return cp.asarray(table.view(np.uint8))
+
+
+def chain_variants(module: Any, name: str, fn: Any, table: Any, n: int, grid: int, scratch: tuple[Any, Any, Any], extra: tuple[Any, ...]) -> list[tuple[str, Callable[[], None]]]:  # fmt: skip
+    """The probe's three ways of running the n products of `table` through kernel `name`."""
+    part, bar, failed = scratch
+    size = PRODUCT.itemsize
+    overlapped = launch.kernel(module, name)  # programmatic dependent launch, as the engine
+
+    def persistent(barriers: int) -> Callable[[], None]:
+        def run() -> None:
+            bar.fill(0)
+            fn((grid,), (THREADS,), (table, np.int32(n), part, bar, np.int32(barriers), failed, *extra))  # fmt: skip
+
+        return run
+
+    def launches() -> None:
+        for i in range(n):
+            sub = table[i * size : (i + 1) * size]
+            overlapped((grid,), (THREADS,), (sub, np.int32(1), part, bar, np.int32(0), failed, *extra))  # fmt: skip
+
+    return [("launches", launches), ("persistent", persistent(1)), ("no_barrier", persistent(0))]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rows", default="1,4,8", help=f"activation rows per product, 1 to {MAX_ROWS}"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     require_gpu("bench/chain_probe.py")
@@ -92,51 +124,46 @@ def main() -> int:
 
     info: dict[str, Any] = {"manifest": manifest()}
     mats = [m for m in model_matrices() if m.ggml_type == weights.Q4_K]
+    packed = [repack_codes(m) for m in mats]
     module = chain_module()
-    chain = module.get_function("chain_q4k")
-    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(chain.kernel.ptr, THREADS, 0)
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    grid = per_sm * sms
-    xplanes = planes(module, sorted({m.cols for m in mats}))
-    table = descriptors(mats, xplanes)
-    part = cp.zeros(max((m.cols // 256) * m.rows for m in mats), cp.float32)
+    rows = [int(r) for r in args.rows.split(",")]
+    if not all(1 <= r <= MAX_ROWS for r in rows):
+        parser.error(f"--rows: 1 to {MAX_ROWS}")
+    ks = sorted({m.cols for m in mats})
+    x = {k: cp.random.default_rng(k).standard_normal((MAX_ROWS, k), dtype=cp.float32) for k in ks}
+    xplanes = planes(module, x)
+    part = cp.zeros(max((m.cols // 256) * m.rows for m in mats) * MAX_ROWS, cp.float32)
     bar = cp.zeros(1, cp.uint32)
     failed = cp.zeros(1, cp.int32)
-    n = len(mats)
-    size = PRODUCT.itemsize
-
-    def persistent(barriers: int) -> Any:
-        def launch() -> None:
-            bar.fill(0)
-            args = (table, np.int32(n), part, bar, np.int32(barriers), failed)
-            chain((grid,), (THREADS,), args)
-
-        return launch
-
-    overlapped = launch.kernel(module, "chain_q4k")  # programmatic dependent launch, as the engine
-
-    def launches() -> None:
-        for i in range(n):
-            sub = table[i * size : (i + 1) * size]
-            overlapped((grid,), (THREADS,), (sub, np.int32(1), part, bar, np.int32(0), failed))
-
-    x1 = {k: cp.random.default_rng(k).standard_normal((1, k), dtype=cp.float32) for k in xplanes}
-    xh = {k: kernels.pack_activations(v) for k, v in x1.items()}
-    y = cp.empty((1, max(m.rows for m in mats)), cp.float32)
-
-    def engine() -> None:
-        for m in mats:
-            kernels.matmul(m, x1[m.cols], y, xh=xh[m.cols])
-
     bw = read_bandwidth()
     nbytes = sum(m.nbytes for m in mats)
-    info.update(read_tb_s=bw / 1e12, bytes=nbytes, products=n, grid=grid, ctas_per_sm=per_sm)
-    print(f"read {bw / 1e12:.3f} TB/s; {n} Q4_K products, {nbytes / 1e9:.2f} GB; floor {nbytes / bw * 1e3:.3f} ms; grid {grid} ({per_sm}/SM)")  # fmt: skip
-    results = {}
-    for name, fn in (("engine", engine), ("launches", launches), ("persistent", persistent(1)), ("no_barrier", persistent(0))):  # fmt: skip
-        t = time_graph(fn)
-        results[name] = {"ms": t * 1e3, "tb_s": nbytes / t / 1e12, "x_floor": t / (nbytes / bw)}
-        print(name, json.dumps(results[name]), flush=True)
+    info.update(read_tb_s=bw / 1e12, bytes=nbytes, products=len(mats))
+    print(f"read {bw / 1e12:.3f} TB/s; {len(mats)} Q4_K products, {nbytes / 1e9:.2f} GB; floor {nbytes / bw * 1e3:.3f} ms")  # fmt: skip
+    results = []
+    for R in rows:
+        name = "chain_q4k" if R == 1 else "chain_q4k_mma"
+        fn = module.get_function(name)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, THREADS, 0)
+        grid = per_sm * cp.cuda.Device().attributes["MultiProcessorCount"]
+        table = descriptors(mats if R == 1 else packed, xplanes)
+        extra = () if R == 1 else (np.int32(R),)
+        variants = chain_variants(
+            module, name, fn, table, len(mats), grid, (part, bar, failed), extra
+        )
+        xr = {k: v[:R] for k, v in x.items()}
+        xh = {k: kernels.pack_activations(v) for k, v in xr.items()}
+        y = cp.empty((R, max(m.rows for m in mats)), cp.float32)
+
+        def engine(xr: dict[int, Any] = xr, xh: dict[int, Any] = xh, y: Any = y) -> None:
+            for m in mats:
+                kernels.matmul(m, xr[m.cols], y, xh=xh[m.cols])
+
+        row: dict[str, Any] = {"rows": R, "kernel": name, "grid": grid, "ctas_per_sm": per_sm}
+        for label, launch_fn in (("engine", engine), *variants):
+            t = time_graph(launch_fn)
+            row[label] = {"ms": t * 1e3, "tb_s": nbytes / t / 1e12, "x_floor": t / (nbytes / bw)}
+        results.append(row)
+        print("rows", json.dumps(row), flush=True)
     info["results"] = results
     info["barrier_spin_ran_out"] = bool(int(failed.get()[0]))
     print("barrier spin ran out (CTAs not all resident):", info["barrier_spin_ran_out"])

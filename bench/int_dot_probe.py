@@ -47,6 +47,18 @@ def probe_module() -> Any:
     return cp.RawModule(code=text, options=("-std=c++17", f"-DPROBE_NW={NW}"))
 
 
+def repack_codes(w: weights.GpuWeight) -> weights.GpuWeight:
+    """Q4_K w with each unit's code bytes in q4k_mma8_r's order: new byte 32t + 8j + r holds
+    old byte 32j + 8t + r (lane t's words of chunk j), the 16-byte header unchanged."""
+    import cupy as cp
+
+    n = np.arange(128)
+    old = 32 * ((n % 32) // 8) + 8 * (n // 32) + n % 8
+    order = cp.asarray(np.concatenate([np.arange(16), 16 + old]))
+    units = w.planes[0].reshape(-1, 144)[:, order]
+    return replace(w, planes=(cp.ascontiguousarray(units).reshape(-1),))
+
+
 class Probe:
     """The probe's two kernels with their scratch planes for up to max_rows x max_k."""
 
@@ -70,16 +82,9 @@ class Probe:
         self.xst = cp.zeros((max_k // 32 * 8, 2), cp.float32)
 
     def repacked(self, w: weights.GpuWeight) -> weights.GpuWeight:
-        """w with each unit's code bytes in q4k_mma8_r's order (made once per weight): new
-        byte 32t + 8j + r holds old byte 32j + 8t + r (lane t's words of chunk j)."""
+        """repack_codes(w), made once per weight."""
         if w.name not in self._repacked:
-            n = np.arange(128)
-            old = 32 * ((n % 32) // 8) + 8 * (n // 32) + n % 8
-            order = np.concatenate([np.arange(16), 16 + old])
-            import cupy as cp
-
-            units = w.planes[0].reshape(-1, 144)[:, cp.asarray(order)]
-            self._repacked[w.name] = replace(w, planes=(cp.ascontiguousarray(units).reshape(-1),))
+            self._repacked[w.name] = repack_codes(w)
         return self._repacked[w.name]
 
     def quantize(self, x: Any, kind: str = "seg") -> None:
