@@ -139,73 +139,18 @@ struct ChainDp4a {  // one row: int_dot_probe.cu's q4k_seg<1> loop
     }
 };
 
-// 1-8 rows: int_dot_probe.cu's q4k_mma8_r loop over one super-block of one tile (repacked
-// code bytes), the 16 x 8 results to part[sb][r][n].
+// 1-8 rows: int_dot_probe.cu's q4k_mma8_r work on one super-block of one tile (repacked code
+// bytes), the 16 x 8 results to part[sb][r][n].
 struct ChainMma {
-    struct Load {
-        uint4 hdr[2], q[2][2];
-    };
+    using Load = Mma8Blocks;
     static OJ_DEV void load(const ChainProduct& P, int item, int lane, Load& L) {
-        const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, gid = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u8* u = P.W + (((size_t)tile * nsb + sb) * 16 + gid + 8 * h) * 144;
-            L.hdr[h] = *(const uint4*)u;
-            L.q[h][0] = *(const uint4*)(u + 16 + 32 * t);
-            L.q[h][1] = *(const uint4*)(u + 32 + 32 * t);
-        }
+        const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb;
+        mma8_load<true>(P.W + ((size_t)tile * nsb + sb) * 16 * 144, lane >> 2, lane & 3, L);
     }
     static OJ_DEV void item(const ChainProduct& P, int item, int lane, const Load& L, float* part, int R) {
         const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, gid = lane >> 2, t = lane & 3;
-        uint2 cq[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            cq[h][0] = make_uint2(L.q[h][0].x, L.q[h][0].y);
-            cq[h][1] = make_uint2(L.q[h][0].z, L.q[h][0].w);
-            cq[h][2] = make_uint2(L.q[h][1].x, L.q[h][1].y);
-            cq[h][3] = make_uint2(L.q[h][1].z, L.q[h][1].w);
-        }
-        float d[2], dmin[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            d[h] = h2f((u16)(L.hdr[h].x & 0xFFFFu));
-            dmin[h] = h2f((u16)(L.hdr[h].x >> 16));
-        }
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const bool live = gid < R;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            uint4 b0 = make_uint4(0, 0, 0, 0), b1 = b0;
-            if (live) {
-                const uint4* xr = P.xq + (((size_t)gid * nsb + sb) * 4 + j) * 8;
-                b0 = __ldg(xr + 2 * t);
-                b1 = __ldg(xr + 2 * t + 1);
-            }
-#pragma unroll
-            for (int p = 0; p < 2; ++p) {
-                const u32 mask = p ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-                const u32 a0 = cq[0][j].x & mask, a2 = cq[0][j].y & mask;
-                const u32 a1 = cq[1][j].x & mask, a3 = cq[1][j].y & mask;
-                int ch_[4], cl_[4];
-                mma_k32(ch_, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
-                mma_k32(cl_, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
-                const int b = 2 * j + p;
-                const float4 sx = __ldg((const float4*)(P.xst + ((size_t)sb * 8 + b) * 8 + 2 * t));
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float sc, mn;
-                    kquant_scale_min(L.hdr[h], b, sc, mn);
-                    const float ds = d[h] * sc * (p ? 0.0625f : 1.0f), dm = -dmin[h] * mn;
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int e = 2 * h + c;
-                        const float slo = c ? sx.z : sx.x, xsum = c ? sx.w : sx.y;
-                        acc[e] = fmaf(ds, slo * (float)(254 * ch_[e] + cl_[e]), acc[e]);
-                        acc[e] = fmaf(dm, xsum, acc[e]);
-                    }
-                }
-            }
-        }
+        mma8_superblock(L, P.xq, P.xst, sb, nsb, gid, t, R, acc);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int n = tile * 16 + gid + 8 * (e >> 1), r = 2 * t + (e & 1);

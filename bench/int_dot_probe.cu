@@ -280,109 +280,104 @@ OJ_DEV void mma_k32(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1)
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
-// The same, free of `volatile`: the compiler may move it (no side effects), e.g. issue a
-// later sub-block's mma before an earlier one's scales are applied.
-OJ_DEV void mma_k32_free(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+// Up to 8 rows on the integer tensor cores. Lane (gid, t): weight rows gid and gid + 8 of a
+// 16-row tile, code words 2t and 2t + 1 of each 32-byte chunk (k slots 4t.. and 16 + 4t..;
+// the activation words match), output columns (activation rows) 2t, 2t + 1.
+// REPACKED: each unit's 128 code bytes reordered at upload (repack_codes in the .py) so that
+// lane t's words (2t, 2t + 1 of chunks 0..3) are 32 contiguous bytes: two 16-byte loads per
+// weight row instead of four 8-byte loads that straddle sectors (v24f: 10 % faster).
+struct Mma8Blocks {
+    uint4 hdr[2];   // the two rows' 16-byte headers (d, dmin, scales)
+    uint2 q[2][4];  // [row gid / gid + 8][chunk j]: code words 2t, 2t + 1
+};
+
+template <bool REPACKED>
+OJ_DEV void mma8_load(const u8* __restrict__ tile_sb, int gid, int t, Mma8Blocks& B) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const u8* u = tile_sb + (size_t)(gid + 8 * h) * 144;  // tile_sb: the super-block's 16 units
+        B.hdr[h] = *(const uint4*)u;
+        if (REPACKED) {
+            const uint4 v0 = *(const uint4*)(u + 16 + 32 * t), v1 = *(const uint4*)(u + 32 + 32 * t);
+            B.q[h][0] = make_uint2(v0.x, v0.y);
+            B.q[h][1] = make_uint2(v0.z, v0.w);
+            B.q[h][2] = make_uint2(v1.x, v1.y);
+            B.q[h][3] = make_uint2(v1.z, v1.w);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) B.q[h][j] = *(const uint2*)(u + 16 + 32 * j + 8 * t);
+        }
+    }
 }
 
-// Up to 8 rows on the integer tensor cores: a CTA owns one 16-row tile, its PROBE_NW warps
-// split the super-blocks round-robin. Per super-block and sub-block a warp runs two
-// m16n8k32 (the h and l planes) from zero, then applies the scales to the 16 x 8 exact sums
-// in f32. Lane (gid, t): rows gid and gid + 8, code words 2t and 2t + 1 of each 32-byte chunk
-// (k slots 4t.. and 16 + 4t..; the activation words match), output columns 2t, 2t + 1.
-// REPACKED: each unit's 128 code bytes reordered at upload so that lane t's words (2t, 2t + 1
-// of chunks 0..3) are 32 contiguous bytes: two 16-byte loads per row instead of four 8-byte
-// loads that straddle sectors (the probe's Probe.repacked).
-template <bool REPACKED, bool FREE>
+// One super-block of one tile into acc (the 16 x 8 outputs' f32 accumulators, the C layout):
+// per sub-block two m16n8k32 from zero (the h and l planes), then for each output, in
+// sub-block order, fmaf(d sc, slo T, acc) and fmaf(-dmin m, xsum, acc) with T the exact int32
+// sum: an order of f32 operations that a 1-row dp4a kernel can keep too (bench/NOTES.md v24),
+// so that both give the same bits.
+//   xq: the R rows' planes (quant_x2); xst: (slo, xsum) per block, rows side by side.
+OJ_DEV void mma8_superblock(const Mma8Blocks& B, const uint4* __restrict__ xq,
+                            const float2* __restrict__ xst, int sb, int nsb, int gid, int t, int R,
+                            float (&acc)[4]) {
+    const bool live = gid < R;  // activation row gid exists (B column gid)
+    float d[2], dmin[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        d[h] = h2f((u16)(B.hdr[h].x & 0xFFFFu));
+        dmin[h] = h2f((u16)(B.hdr[h].x >> 16));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint4 b0 = make_uint4(0, 0, 0, 0), b1 = b0;
+        if (live) {
+            const uint4* xr = xq + (((size_t)gid * nsb + sb) * 4 + j) * 8;
+            b0 = __ldg(xr + 2 * t);
+            b1 = __ldg(xr + 2 * t + 1);
+        }
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+            const u32 mask = p ? 0xF0F0F0F0u : 0x0F0F0F0Fu;  // high nibbles stay in place: 16 q
+            const u32 a0 = B.q[0][j].x & mask, a2 = B.q[0][j].y & mask;
+            const u32 a1 = B.q[1][j].x & mask, a3 = B.q[1][j].y & mask;
+            int ch[4], cl[4];
+            mma_k32(ch, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
+            mma_k32(cl, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
+            const int b = 2 * j + p;
+            // (slo, xsum) of columns 2t and 2t + 1
+            const float4 sx = __ldg((const float4*)(xst + ((size_t)sb * 8 + b) * 8 + 2 * t));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float sc, mn;
+                kquant_scale_min(B.hdr[h], b, sc, mn);
+                const float ds = d[h] * sc * (p ? 0.0625f : 1.0f), dm = -dmin[h] * mn;
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int e = 2 * h + c;
+                    acc[e] = fmaf(ds, (c ? sx.z : sx.x) * (float)(254 * ch[e] + cl[e]), acc[e]);
+                    acc[e] = fmaf(dm, c ? sx.w : sx.y, acc[e]);
+                }
+            }
+        }
+    }
+}
+
+// A CTA owns one 16-row tile, its PROBE_NW warps split the super-blocks round-robin; the
+// warps' sums are added in warp order.
+template <bool REPACKED>
 OJ_DEV void q4k_mma8_t(const u8* __restrict__ W, int rows, int cols, const uint4* __restrict__ xq,
                        const float2* __restrict__ xst, float* __restrict__ Y, int ldy, int R) {
     __shared__ float red[PROBE_NW][4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x, nsb = cols >> 8;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const u8* base = W + (size_t)tile * nsb * 16 * 144;
-    uint4 hdr[2];
-    uint2 q[2][4];
-    auto load = [&](int sb) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u8* u = base + ((size_t)sb * 16 + gid + 8 * h) * 144;
-            hdr[h] = *(const uint4*)u;
-            if (REPACKED) {
-                const uint4 v0 = *(const uint4*)(u + 16 + 32 * t), v1 = *(const uint4*)(u + 32 + 32 * t);
-                q[h][0] = make_uint2(v0.x, v0.y);
-                q[h][1] = make_uint2(v0.z, v0.w);
-                q[h][2] = make_uint2(v1.x, v1.y);
-                q[h][3] = make_uint2(v1.z, v1.w);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) q[h][j] = *(const uint2*)(u + 16 + 32 * j + 8 * t);
-            }
-        }
-    };
-    if (warp < nsb) load(warp);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    Mma8Blocks next;
+    if (warp < nsb) mma8_load<REPACKED>(base + (size_t)warp * 16 * 144, gid, t, next);
     oj_grid_dep();
-    const bool live = gid < R;  // activation row gid exists (B column gid)
     for (int sb = warp; sb < nsb; sb += PROBE_NW) {
-        uint4 ch[2];
-        uint2 cq[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            ch[h] = hdr[h];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) cq[h][j] = q[h][j];
-        }
-        if (sb + PROBE_NW < nsb) load(sb + PROBE_NW);
-        float d[2], dmin[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            d[h] = h2f((u16)(ch[h].x & 0xFFFFu));
-            dmin[h] = h2f((u16)(ch[h].x >> 16));
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            uint4 b0 = make_uint4(0, 0, 0, 0), b1 = b0;
-            if (live) {
-                const uint4* xr = xq + (((size_t)gid * nsb + sb) * 4 + j) * 8;
-                b0 = __ldg(xr + 2 * t);
-                b1 = __ldg(xr + 2 * t + 1);
-            }
-#pragma unroll
-            for (int p = 0; p < 2; ++p) {
-                const u32 mask = p ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-                const u32 a0 = cq[0][j].x & mask, a2 = cq[0][j].y & mask;
-                const u32 a1 = cq[1][j].x & mask, a3 = cq[1][j].y & mask;
-                int ch_[4], cl_[4];
-                if (FREE) {
-                    mma_k32_free(ch_, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
-                    mma_k32_free(cl_, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
-                } else {
-                    mma_k32(ch_, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
-                    mma_k32(cl_, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
-                }
-                const int b = 2 * j + p;
-                const float4 sx = __ldg((const float4*)(xst + ((size_t)sb * 8 + b) * 8 + 2 * t));
-                // (slo, xsum) of columns 2t and 2t + 1
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float sc, mn;
-                    kquant_scale_min(ch[h], b, sc, mn);
-                    const float ds = d[h] * sc * (p ? 0.0625f : 1.0f), dm = -dmin[h] * mn;
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int e = 2 * h + c;
-                        const float slo = c ? sx.z : sx.x, xsum = c ? sx.w : sx.y;
-                        acc[e] = fmaf(ds, slo * (float)(254 * ch_[e] + cl_[e]), acc[e]);
-                        acc[e] = fmaf(dm, xsum, acc[e]);
-                    }
-                }
-            }
-        }
+        const Mma8Blocks cur = next;
+        if (sb + PROBE_NW < nsb) mma8_load<REPACKED>(base + (size_t)(sb + PROBE_NW) * 16 * 144, gid, t, next);
+        mma8_superblock(cur, xq, xst, sb, nsb, gid, t, R, acc);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[warp][e][lane] = acc[e];
@@ -399,168 +394,9 @@ OJ_DEV void q4k_mma8_t(const u8* __restrict__ W, int rows, int cols, const uint4
 
 extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
     q4k_mma8(const u8* W, int rows, int cols, const uint4* xq, const float2* xst, float* Y, int ldy, int R) {
-    q4k_mma8_t<false, false>(W, rows, cols, xq, xst, Y, ldy, R);
+    q4k_mma8_t<false>(W, rows, cols, xq, xst, Y, ldy, R);
 }
 extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
     q4k_mma8_r(const u8* W, int rows, int cols, const uint4* xq, const float2* xst, float* Y, int ldy, int R) {
-    q4k_mma8_t<true, false>(W, rows, cols, xq, xst, Y, ldy, R);
-}
-extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
-    q4k_mma8_rf(const u8* W, int rows, int cols, const uint4* xq, const float2* xst, float* Y, int ldy, int R) {
-    q4k_mma8_t<true, true>(W, rows, cols, xq, xst, Y, ldy, R);
-}
-
-// ---- the same with ONE activation scale per 256-element super-block ----------------------
-// x ~= slo * (254 h + l) with slo = max over the super-block / (127 * 254). Every sub-block's
-// scale sc and min m then multiply exact int32 sums: per super-block and output, a sum of
-// sc * (16 or 1) * C over the 8 sub-blocks stays below 2^29, and the f32 arithmetic happens
-// once per super-block instead of once per sub-block.
-//   xq: as quant_x2's;  xsb: i32 [K/32][8] sum of (254 h + l) per sub-block, rows side by
-//   side (rows < 8);  slt: float [K/256][8] slo per super-block, rows side by side.
-// One warp per super-block and row; lane = 8 elements (sub-block lane / 4).
-extern "C" __global__ void quant_x2_sb(const float* __restrict__ X, int K, int R,
-                                       u32* __restrict__ xq, int* __restrict__ xsb,
-                                       float* __restrict__ slt) {
-    const int lane = threadIdx.x & 31;
-    const int item = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int nsb = K / 256;
-    oj_grid_dep_early();
-    if (item >= nsb * R) return;
-    const int r = item / nsb, sb = item % nsb;
-    const float* x = X + (size_t)r * K + sb * 256 + 8 * lane;
-    float v[8], mx = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        v[i] = x[i];
-        mx = fmaxf(mx, fabsf(v[i]));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    const float s = mx / 127.0f, slo = s / 254.0f;
-    const int b = lane >> 2, j = b >> 1, p = b & 1;
-    int tot = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        int h = 0, l = 0;
-        if (mx > 0.0f) {
-            h = max(-127, min(127, __float2int_rn(v[i] / s)));
-            l = max(-127, min(127, __float2int_rn((v[i] - s * (float)h) / slo)));
-        }
-        tot += 254 * h + l;
-        const int e = 8 * (lane & 3) + i, word = e >> 2, byte = e & 3;  // element in sub-block
-        u8* base = (u8*)(xq + ((((size_t)r * nsb + sb) * 4 + j) * 8 + word) * 4);
-        base[(2 * p + 0) * 4 + byte] = (u8)(i8)h;
-        base[(2 * p + 1) * 4 + byte] = (u8)(i8)l;
-    }
-    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
-    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
-    if (r < 8) {
-        if ((lane & 3) == 0) xsb[((size_t)sb * 8 + b) * 8 + r] = tot;
-        if (lane == 0) slt[(size_t)sb * 8 + r] = slo;
-    }
-}
-
-// 6-bit scale and min of sub-block j as integers (j a compile-time constant after unrolling)
-OJ_DEV void kquant_scale_min_int(const uint4& hdr, int j, int& sc, int& mn) {
-    if (j < 4) {
-        sc = (int)(byte_of(hdr, 4 + j) & 63u);
-        mn = (int)(byte_of(hdr, 8 + j) & 63u);
-    } else {
-        sc = (int)((byte_of(hdr, 8 + j) & 0xFu) | ((byte_of(hdr, j) >> 6) << 4));
-        mn = (int)((byte_of(hdr, 8 + j) >> 4) | ((byte_of(hdr, 4 + j) >> 6) << 4));
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
-    q4k_mma8_sb(const u8* __restrict__ W, int rows, int cols, const uint4* __restrict__ xq,
-                const int* __restrict__ xsb, const float* __restrict__ slt, float* __restrict__ Y,
-                int ldy, int R) {
-    __shared__ float red[PROBE_NW][4][32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
-    const int tile = blockIdx.x, nsb = cols >> 8;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const u8* base = W + (size_t)tile * nsb * 16 * 144;
-    uint4 hdr[2];
-    uint2 q[2][4];
-    auto load = [&](int sb) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u8* u = base + ((size_t)sb * 16 + gid + 8 * h) * 144;
-            hdr[h] = *(const uint4*)u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) q[h][j] = *(const uint2*)(u + 16 + 32 * j + 8 * t);
-        }
-    };
-    if (warp < nsb) load(warp);
-    oj_grid_dep();
-    const bool live = gid < R;
-    for (int sb = warp; sb < nsb; sb += PROBE_NW) {
-        uint4 ch[2];
-        uint2 cq[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            ch[h] = hdr[h];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) cq[h][j] = q[h][j];
-        }
-        if (sb + PROBE_NW < nsb) load(sb + PROBE_NW);
-        int uh[4] = {0, 0, 0, 0}, ul[4] = {0, 0, 0, 0}, mn[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            uint4 b0 = make_uint4(0, 0, 0, 0), b1 = b0;
-            if (live) {
-                const uint4* xr = xq + (((size_t)gid * nsb + sb) * 4 + j) * 8;
-                b0 = __ldg(xr + 2 * t);
-                b1 = __ldg(xr + 2 * t + 1);
-            }
-#pragma unroll
-            for (int p = 0; p < 2; ++p) {
-                const u32 mask = p ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-                const u32 a0 = cq[0][j].x & mask, a2 = cq[0][j].y & mask;
-                const u32 a1 = cq[1][j].x & mask, a3 = cq[1][j].y & mask;
-                int chh[4], cll[4];
-                mma_k32(chh, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
-                mma_k32(cll, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
-                const int b = 2 * j + p;
-                const int2 xs2 = __ldg((const int2*)(xsb + ((size_t)sb * 8 + b) * 8 + 2 * t));
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    int sc, m;
-                    kquant_scale_min_int(ch[h], b, sc, m);
-                    const int scx = p ? sc : 16 * sc;  // high nibbles came as 16 q
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int e = 2 * h + c;
-                        uh[e] += scx * chh[e];
-                        ul[e] += scx * cll[e];
-                        mn[e] += m * (c ? xs2.y : xs2.x);
-                    }
-                }
-            }
-        }
-        const float2 slo = __ldg((const float2*)(slt + (size_t)sb * 8 + 2 * t));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float d = h2f((u16)(ch[h].x & 0xFFFFu)) * 0.0625f, dmin = h2f((u16)(ch[h].x >> 16));
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int e = 2 * h + c;
-                const float sl = c ? slo.y : slo.x;
-                const float f = fmaf((float)uh[e], 254.0f, (float)ul[e]);
-                acc[e] = fmaf(d * sl, f, acc[e]);
-                acc[e] = fmaf(-dmin * sl, (float)mn[e], acc[e]);
-            }
-        }
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[warp][e][lane] = acc[e];
-    __syncthreads();
-    if (threadIdx.x < 128) {
-        const int e = threadIdx.x >> 5, ln = threadIdx.x & 31;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < PROBE_NW; ++w) v += red[w][e][ln];
-        const int n = tile * 16 + (ln >> 2) + 8 * (e >> 1), r = 2 * (ln & 3) + (e & 1);
-        if (n < rows && r < R) Y[(size_t)r * ldy + n] = v;
-    }
+    q4k_mma8_t<true>(W, rows, cols, xq, xst, Y, ldy, R);
 }

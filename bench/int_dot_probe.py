@@ -32,12 +32,13 @@ from engine.cuda import build, kernels, launch, weights  # noqa: E402
 PROBE = Path(__file__).with_name("int_dot_probe.cu")
 NW = 4
 SEG_ROWS = (1, 2, 4)  # the dp4a kernels' row counts (q4k_seg_<R>)
-MMA_ROWS = 8  # q4k_mma8 and q4k_mma8_sb take 1 to 8 rows
-# seg: dp4a, scales per 32; mma: int8 tensor cores, scales per 32; mma_sb: one activation scale
-# per 256, the sub-block scales applied to int32 sums; mma_r: mma on repacked code bytes;
-# mma_rf: the same with the mma free of `volatile` (the compiler may schedule it earlier);
+MMA_ROWS = 8  # q4k_mma8 and q4k_mma8_r take 1 to 8 rows
+# seg: dp4a; mma: int8 tensor cores; mma_r: the same on repacked code bytes (activation scales
+# per 32 elements in all three). Measured and dropped (in commit 58f0a16): one activation scale
+# per 256 with the sub-block scales on int32 sums (v24e: slower), the mma free of `volatile`
+# (v24g: the same code).
 # seg_canon: dp4a at one row in mma_r's order of f32 operations (the same bits: checked)
-KINDS = ("seg", "seg_canon", "mma", "mma_r", "mma_rf", "mma_sb")
+KINDS = ("seg", "seg_canon", "mma", "mma_r")
 
 
 def probe_module() -> Any:
@@ -70,13 +71,8 @@ class Probe:
         self.dots = {r: launch.kernel(mod, f"q4k_seg_{r}") for r in SEG_ROWS}
         self.mma = launch.kernel(mod, "q4k_mma8")
         self.mma_r = launch.kernel(mod, "q4k_mma8_r")
-        self.mma_rf = launch.kernel(mod, "q4k_mma8_rf")
         self.seg_canon = launch.kernel(mod, "q4k_seg_canon")
         self._repacked: dict[str, weights.GpuWeight] = {}
-        self.quant_sb = launch.kernel(mod, "quant_x2_sb")
-        self.mma_sb = launch.kernel(mod, "q4k_mma8_sb")
-        self.xsb = cp.zeros(max_k // 32 * 8, cp.int32)
-        self.slt = cp.zeros(max_k // 256 * 8, cp.float32)
         self.xq = cp.zeros(max_rows * max_k * 2 // 4, cp.uint32)
         self.xs = cp.zeros((max_rows * max_k // 32, 2), cp.float32)
         self.xst = cp.zeros((max_k // 32 * 8, 2), cp.float32)
@@ -87,13 +83,8 @@ class Probe:
             self._repacked[w.name] = repack_codes(w)
         return self._repacked[w.name]
 
-    def quantize(self, x: Any, kind: str = "seg") -> None:
+    def quantize(self, x: Any) -> None:
         R, K = x.shape
-        if kind == "mma_sb":  # one warp per super-block and row
-            items = R * K // 256
-            args = (x, np.int32(K), np.int32(R), self.xq, self.xsb, self.slt)
-            self.quant_sb(((items + 7) // 8,), (256,), args)
-            return
         blocks = R * K // 32
         self.quant(
             ((blocks + 7) // 8,), (256,), (x, np.int32(K), np.int32(R), self.xq, self.xs, self.xst)
@@ -105,14 +96,11 @@ class Probe:
         ldy = np.int32(y.shape[1])
         if kind == "mma":
             self.mma((tiles,), (32 * NW,), (*shape, self.xst, y, ldy, np.int32(R)))
-        elif kind in ("mma_r", "mma_rf"):
+        elif kind == "mma_r":
             packed = self.repacked(w).planes[0]
-            fn = self.mma_r if kind == "mma_r" else self.mma_rf
-            fn((tiles,), (32 * NW,), (packed, *shape[1:], self.xst, y, ldy, np.int32(R)))
+            self.mma_r((tiles,), (32 * NW,), (packed, *shape[1:], self.xst, y, ldy, np.int32(R)))
         elif kind == "seg_canon":
             self.seg_canon((tiles,), (32 * NW,), (*shape, self.xs, y, ldy))
-        elif kind == "mma_sb":
-            self.mma_sb((tiles,), (32 * NW,), (*shape, self.xsb, self.slt, y, ldy, np.int32(R)))
         else:
             self.dots[R]((tiles,), (32 * NW,), (*shape, self.xs, y, ldy))
 
@@ -133,7 +121,7 @@ def check(probe: Probe) -> dict[str, float]:
         for kind in KINDS:
             if (kind == "seg" and R not in SEG_ROWS) or (kind == "seg_canon" and R != 1):
                 continue
-            probe.quantize(cp.asarray(x), kind)
+            probe.quantize(cp.asarray(x))
             got[kind] = cp.full((R, 72), np.nan, cp.float32)
             probe.product(w, R, got[kind], kind)
         got["engine"] = cp.full((R, 72), np.nan, cp.float32)
@@ -168,7 +156,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
         def launch() -> None:
             for m in mats:
                 if quantize:
-                    probe.quantize(x[m.cols], kind)
+                    probe.quantize(x[m.cols])
                 probe.product(m, R, y, kind)
 
         return launch

@@ -51,3 +51,34 @@ def test_emulation_stays_inside_its_block() -> None:
     assert reference_state.KVCache.append is append
     assert reference.linear is linear
     assert table == quants._DEQUANT_BLOCKS
+
+
+def test_int_planes_keep_about_16_bits_and_one_plane_8() -> None:
+    x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    top = np.abs(x).reshape(3, 2, 32).max(axis=2, keepdims=True)  # per 32-wide block
+    two = emu.int_planes(x, 2).reshape(3, 2, 32)
+    one = emu.int_planes(x, 1).reshape(3, 2, 32)
+    err2 = np.abs(two - x.reshape(3, 2, 32))
+    err1 = np.abs(one - x.reshape(3, 2, 32))
+    assert (err2 <= top / (127 * 254) * 0.51 + 1e-9).all()  # half a step of the low plane
+    assert (err1 <= top / 127 * 0.51 + 1e-9).all()
+    assert err2.max() < err1.max() / 50
+    assert np.array_equal(emu.int_planes(np.zeros((1, 32), np.float32), 2), np.zeros((1, 32)))
+
+
+def test_int_activations_round_only_the_quantized_weights_inputs() -> None:
+    rng = np.random.default_rng(3)
+    raw = quants.quantize(rng.standard_normal(256 * 4).astype(np.float32), quants.Q4_K)
+    exact = quants.dequantize
+    with emu.quantized_weights_recorded() as ids:
+        quantized = quants.dequantize(raw, quants.Q4_K, (4, 256))
+        plain = quants.dequantize(rng.standard_normal(4 * 256).astype("<f4").view(np.uint8), quants.F32, (4, 256))  # fmt: skip
+    assert quants.dequantize is exact
+    assert ids == {id(quantized)}
+    linear = emu.int_activations(ids, 2)
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    assert np.array_equal(linear(x, plain), reference_ops.linear(x, plain))
+    assert np.array_equal(
+        linear(x, quantized), reference_ops.linear(emu.int_planes(x, 2), quantized)
+    )
+    assert not np.array_equal(linear(x, quantized), reference_ops.linear(x, quantized))
