@@ -18,6 +18,12 @@ OJ_DEV int dp4a(u32 a, u32 b, int c) {
     return r;
 }
 
+OJ_DEV int dp4a_us(u32 a, u32 b, int c) {  // a: unsigned bytes, b: signed bytes
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
 // Activations of R rows, f32 [R][K] -> the probe's planes:
 //   xq: uint4 [R][K/256][4 pairs][8 words]: for sub-block pair j (sub-blocks 2j, 2j+1) and word
 //       i, {h of 2j, l of 2j, h of 2j+1, l of 2j+1} at elements 4i..4i+3 (one byte each);
@@ -60,10 +66,55 @@ extern "C" __global__ void quant_x2(const float* __restrict__ X, int K, int R, u
     base[(2 * p + 1) * 4 + byte] = (u8)(i8)l;
 }
 
-OJ_DEV int dp4a_us(u32 a, u32 b, int c) {  // a: unsigned bytes, b: signed bytes
-    int r;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
+
+// The 16 units of one super-block of a tile as lane 8 g + s of a warp reads them: units g + 4k
+// (k = 0..3), each unit's header and its 16-byte code segment s (chunk j = s / 2: 16 weights of
+// sub-block 2j in the low nibbles, 16 of 2j + 1 in the high ones).
+struct SegBlocks {
+    uint4 hdr[4], q[4];
+};
+
+OJ_DEV void seg_load(const u8* __restrict__ tile_sb, int lane, SegBlocks& B) {
+    const int s = lane & 7, g = lane >> 3;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const u8* u = tile_sb + (size_t)(g + 4 * k) * 144;
+        B.hdr[k] = *(const uint4*)u;
+        B.q[k] = *(const uint4*)(u + 16 + 16 * s);
+    }
+}
+
+// One code segment against one row's activation words a[4] (quant_x2's {h, l, h, l} of words
+// 4 half .. 4 half + 3): the exact int32 sums 254 h.q + l.q of its half of sub-block 2j (x) and
+// of 2j + 1 (y, times 16: the high nibbles stay in place).
+OJ_DEV int2 seg_sums(const uint4& q, const uint4 (&a)[4]) {
+    int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 v = word_of(q, i);
+        const u32 lo = v & 0x0F0F0F0Fu, hi = v & 0xF0F0F0F0u;
+        ih0 = dp4a(lo, a[i].x, ih0);
+        il0 = dp4a(lo, a[i].y, il0);
+        ih1 = dp4a_us(hi, a[i].z, ih1);
+        il1 = dp4a_us(hi, a[i].w, il1);
+    }
+    return make_int2(254 * ih0 + il0, 254 * ih1 + il1);
+}
+
+// The scales of a unit's sub-blocks 2j and 2j + 1 from its header (j: the lane's chunk, not a
+// compile-time constant): ds = d * sc (times 1/16 for 2j + 1, whose sums come as 16 q, so
+// exactly) and dm = -dmin * m.
+OJ_DEV void seg_scales(const uint4& hdr, int j, float& ds0, float& ds1, float& dm0, float& dm1) {
+    const u32 sel = 0x4140u + 0x0202u * (u32)(j & 1);  // bytes 2(j&1), +1 -> the halves' low bytes
+    const u32 y = __byte_perm(hdr.y, 0u, sel), z = __byte_perm(hdr.z, 0u, sel);
+    const u32 w = __byte_perm(hdr.w, 0u, sel);
+    const u32 sc = j < 2 ? (y & 0x003F003Fu) : ((w & 0x000F000Fu) | ((y >> 2) & 0x00300030u));
+    const u32 mn = j < 2 ? (z & 0x003F003Fu) : (((w >> 4) & 0x000F000Fu) | ((z >> 2) & 0x00300030u));
+    const float d = h2f((u16)(hdr.x & 0xFFFFu)), dmin = h2f((u16)(hdr.x >> 16));
+    ds0 = d * (float)(sc & 0xFFFFu);
+    ds1 = d * 0.0625f * (float)(sc >> 16);
+    dm0 = -dmin * (float)(mn & 0xFFFFu);
+    dm1 = -dmin * (float)(mn >> 16);
 }
 
 // y[r][n] = sum_k W[n][k] x'[r][k] for NR rows. A CTA owns one 16-row tile; its PROBE_NW warps
@@ -86,27 +137,12 @@ OJ_DEV void q4k_seg(const u8* __restrict__ W, int rows, int cols, const uint4* _
 #pragma unroll
         for (int r = 0; r < NR; ++r) acc[k][r] = 0.0f;
     const u8* base = W + (size_t)tile * nsb * 16 * 144;
-    uint4 hdr[4], q[4];
-    auto load = [&](int sb) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const u8* u = base + ((size_t)sb * 16 + g + 4 * k) * 144;
-            hdr[k] = *(const uint4*)u;
-            q[k] = *(const uint4*)(u + 16 + 16 * s);
-        }
-    };
-    if (warp < nsb) load(warp);
+    SegBlocks next;
+    if (warp < nsb) seg_load(base + (size_t)warp * 16 * 144, lane, next);
     oj_grid_dep();  // after the first weight loads, as matmul.cu's kernels do
-    // bytes 2(j&1), 2(j&1)+1 of a scale word -> the low bytes of the two halves
-    const u32 sel = 0x4140u + 0x0202u * (u32)(j & 1);
     for (int sb = warp; sb < nsb; sb += PROBE_NW) {
-        uint4 ch[4], cq[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            ch[k] = hdr[k];
-            cq[k] = q[k];
-        }
-        if (sb + PROBE_NW < nsb) load(sb + PROBE_NW);
+        const SegBlocks cur = next;
+        if (sb + PROBE_NW < nsb) seg_load(base + (size_t)(sb + PROBE_NW) * 16 * 144, lane, next);
         uint4 a[NR][4];
         float2 s0[NR], s1[NR];
 #pragma unroll
@@ -119,28 +155,13 @@ OJ_DEV void q4k_seg(const u8* __restrict__ W, int rows, int cols, const uint4* _
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const u32 y = __byte_perm(ch[k].y, 0u, sel), z = __byte_perm(ch[k].z, 0u, sel);
-            const u32 w = __byte_perm(ch[k].w, 0u, sel);
-            const u32 sc = j < 2 ? (y & 0x003F003Fu) : ((w & 0x000F000Fu) | ((y >> 2) & 0x00300030u));
-            const u32 mn = j < 2 ? (z & 0x003F003Fu) : (((w >> 4) & 0x000F000Fu) | ((z >> 2) & 0x00300030u));
-            const float d = h2f((u16)(ch[k].x & 0xFFFFu)), dmin = h2f((u16)(ch[k].x >> 16));
-            // the high nibbles stay in place (16 q): 1/16 goes into their scale, exactly
-            const float ds0 = d * (float)(sc & 0xFFFFu), ds1 = d * 0.0625f * (float)(sc >> 16);
-            const float dm0 = -dmin * (float)(mn & 0xFFFFu), dm1 = -dmin * (float)(mn >> 16);
+            float ds0, ds1, dm0, dm1;
+            seg_scales(cur.hdr[k], j, ds0, ds1, dm0, dm1);
 #pragma unroll
             for (int r = 0; r < NR; ++r) {
-                int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const u32 v = word_of(cq[k], i);
-                    const u32 lo = v & 0x0F0F0F0Fu, hi = v & 0xF0F0F0F0u;
-                    ih0 = dp4a(lo, a[r][i].x, ih0);
-                    il0 = dp4a(lo, a[r][i].y, il0);
-                    ih1 = dp4a_us(hi, a[r][i].z, ih1);
-                    il1 = dp4a_us(hi, a[r][i].w, il1);
-                }
-                acc[k][r] = fmaf(ds0, s0[r].x * (float)(254 * ih0 + il0), acc[k][r]);
-                acc[k][r] = fmaf(ds1, s1[r].x * (float)(254 * ih1 + il1), acc[k][r]);
+                const int2 T = seg_sums(cur.q[k], a[r]);
+                acc[k][r] = fmaf(ds0, s0[r].x * (float)T.x, acc[k][r]);
+                acc[k][r] = fmaf(ds1, s1[r].x * (float)T.y, acc[k][r]);
                 // the min terms: each of the two lanes of chunk j (halves) adds half of them
                 acc[k][r] = fmaf(dm0, 0.5f * s0[r].y, acc[k][r]);
                 acc[k][r] = fmaf(dm1, 0.5f * s1[r].y, acc[k][r]);
