@@ -18,29 +18,12 @@ struct ChainProduct {
     int tiles, items;   // ceil(N / 16), tiles * K / 256
 };
 
-// The 16 units of one item: lane 8 g + s holds units g, g + 4, g + 8, g + 12, code segment s.
-struct ChainLoad {
-    uint4 hdr[4], q[4];
-};
-
-OJ_DEV void chain_load(const ChainProduct& P, int item, int lane, ChainLoad& L) {
-    const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, s = lane & 7, g = lane >> 3;
-    const u8* base = P.W + ((size_t)tile * nsb + sb) * 16 * 144;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const u8* u = base + (size_t)(g + 4 * k) * 144;
-        L.hdr[k] = *(const uint4*)u;
-        L.q[k] = *(const uint4*)(u + 16 + 16 * s);
-    }
-}
-
 // One item: the dp4a products of q4k_seg<1> (int_dot_probe.cu) over one super-block, each
 // unit's 8 segment sums added by a fixed xor tree, written to part[sb][n].
-OJ_DEV void chain_item(const ChainProduct& P, int item, int lane, const ChainLoad& L,
+OJ_DEV void chain_item(const ChainProduct& P, int item, int lane, const SegBlocks& L,
                        float* __restrict__ part) {
     const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, s = lane & 7, g = lane >> 3;
     const int j = s >> 1, half = s & 1;
-    const u32 sel = 0x4140u + 0x0202u * (u32)(j & 1);
     const uint4* xr = P.xq + ((size_t)sb * 4 + j) * 8 + 4 * half;
     uint4 a[4];
 #pragma unroll
@@ -48,25 +31,11 @@ OJ_DEV void chain_item(const ChainProduct& P, int item, int lane, const ChainLoa
     const float2 s0 = __ldg(P.xs + (size_t)sb * 8 + 2 * j), s1 = __ldg(P.xs + (size_t)sb * 8 + 2 * j + 1);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const u32 y = __byte_perm(L.hdr[k].y, 0u, sel), z = __byte_perm(L.hdr[k].z, 0u, sel);
-        const u32 w = __byte_perm(L.hdr[k].w, 0u, sel);
-        const u32 sc = j < 2 ? (y & 0x003F003Fu) : ((w & 0x000F000Fu) | ((y >> 2) & 0x00300030u));
-        const u32 mn = j < 2 ? (z & 0x003F003Fu) : (((w >> 4) & 0x000F000Fu) | ((z >> 2) & 0x00300030u));
-        const float d = h2f((u16)(L.hdr[k].x & 0xFFFFu)), dmin = h2f((u16)(L.hdr[k].x >> 16));
-        const float ds0 = d * (float)(sc & 0xFFFFu), ds1 = d * 0.0625f * (float)(sc >> 16);
-        const float dm0 = -dmin * (float)(mn & 0xFFFFu), dm1 = -dmin * (float)(mn >> 16);
-        int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const u32 v = word_of(L.q[k], i);
-            const u32 lo = v & 0x0F0F0F0Fu, hi = v & 0xF0F0F0F0u;
-            ih0 = dp4a(lo, a[i].x, ih0);
-            il0 = dp4a(lo, a[i].y, il0);
-            ih1 = dp4a_us(hi, a[i].z, ih1);
-            il1 = dp4a_us(hi, a[i].w, il1);
-        }
-        float v = ds0 * (s0.x * (float)(254 * ih0 + il0));
-        v = fmaf(ds1, s1.x * (float)(254 * ih1 + il1), v);
+        float ds0, ds1, dm0, dm1;
+        seg_scales(L.hdr[k], j, ds0, ds1, dm0, dm1);
+        const int2 T = seg_sums(L.q[k], a);
+        float v = ds0 * (s0.x * (float)T.x);
+        v = fmaf(ds1, s1.x * (float)T.y, v);
         v = fmaf(dm0, 0.5f * s0.y, v);
         v = fmaf(dm1, 0.5f * s1.y, v);
         v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -132,8 +101,11 @@ OJ_DEV void chain_walk(const ChainProduct* __restrict__ prods, int n_prods, floa
 }
 
 struct ChainDp4a {  // one row: int_dot_probe.cu's q4k_seg<1> loop
-    using Load = ChainLoad;
-    static OJ_DEV void load(const ChainProduct& P, int item, int lane, Load& L) { chain_load(P, item, lane, L); }
+    using Load = SegBlocks;
+    static OJ_DEV void load(const ChainProduct& P, int item, int lane, Load& L) {
+        const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb;
+        seg_load(P.W + ((size_t)tile * nsb + sb) * 16 * 144, lane, L);
+    }
     static OJ_DEV void item(const ChainProduct& P, int item, int lane, const Load& L, float* part, int) {
         chain_item(P, item, lane, L, part);
     }

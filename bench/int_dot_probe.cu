@@ -210,49 +210,25 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
     q4k_seg_canon(const u8* __restrict__ W, int rows, int cols, const uint4* __restrict__ xq,
                   const float2* __restrict__ xs, float* __restrict__ Y, int ldy) {
     __shared__ float red[PROBE_NW][16];
-    __shared__ __align__(16) int2 halves[PROBE_NW][4][4][8];  // [warp][group g][unit k][lane s]: (T 2j, T 2j+1)
+    // [warp][group g][unit k][lane s]: the lane's half sums of sub-blocks 2j and 2j + 1
+    __shared__ __align__(16) int2 halves[PROBE_NW][4][4][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = lane & 7, g = lane >> 3;
     const int j = s >> 1, half = s & 1, own = s >> 1;  // own: the unit k this lane owns (s even)
     const int tile = blockIdx.x, nsb = cols >> 8;
     float acc = 0.0f;
     const u8* base = W + (size_t)tile * nsb * 16 * 144;
-    uint4 hdr[4], q[4];
-    auto load = [&](int sb) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const u8* u = base + ((size_t)sb * 16 + g + 4 * k) * 144;
-            hdr[k] = *(const uint4*)u;
-            q[k] = *(const uint4*)(u + 16 + 16 * s);
-        }
-    };
-    if (warp < nsb) load(warp);
+    SegBlocks next;
+    if (warp < nsb) seg_load(base + (size_t)warp * 16 * 144, lane, next);
     oj_grid_dep();
     for (int sb = warp; sb < nsb; sb += PROBE_NW) {
-        uint4 ch[4], cq[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            ch[k] = hdr[k];
-            cq[k] = q[k];
-        }
-        if (sb + PROBE_NW < nsb) load(sb + PROBE_NW);
+        const SegBlocks cur = next;
+        if (sb + PROBE_NW < nsb) seg_load(base + (size_t)(sb + PROBE_NW) * 16 * 144, lane, next);
         const uint4* xr = xq + ((size_t)sb * 4 + j) * 8 + 4 * half;
         uint4 a[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) a[i] = __ldg(xr + i);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const u32 v = word_of(cq[k], i);
-                const u32 lo = v & 0x0F0F0F0Fu, hi = v & 0xF0F0F0F0u;
-                ih0 = dp4a(lo, a[i].x, ih0);
-                il0 = dp4a(lo, a[i].y, il0);
-                ih1 = dp4a_us(hi, a[i].z, ih1);
-                il1 = dp4a_us(hi, a[i].w, il1);
-            }
-            halves[warp][g][k][s] = make_int2(254 * ih0 + il0, 254 * ih1 + il1);
-        }
+        for (int k = 0; k < 4; ++k) halves[warp][g][k][s] = seg_sums(cur.q[k], a);
         __syncwarp();
         if (half == 0) {  // the owner of unit g + 4 own
             const int4* mine = (const int4*)&halves[warp][g][own][0];  // lanes 0..7: 4 x int4
@@ -263,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
                 T[2 * jj] = v.x + v.z;
                 T[2 * jj + 1] = v.y + v.w;
             }
-            const uint4 h = own == 0 ? ch[0] : own == 1 ? ch[1] : own == 2 ? ch[2] : ch[3];
+            const uint4 h = own == 0 ? cur.hdr[0] : own == 1 ? cur.hdr[1] : own == 2 ? cur.hdr[2] : cur.hdr[3];
             const float d = h2f((u16)(h.x & 0xFFFFu)), dmin = h2f((u16)(h.x >> 16));
             const float4* sx = (const float4*)(xs + (size_t)sb * 8);
 #pragma unroll
@@ -273,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
                 for (int p = 0; p < 2; ++p) {
                     float sc, mn;
                     kquant_scale_min(h, 2 * jj + p, sc, mn);
+                    // as mma8_superblock: the same operations in the same order
                     const float ds = d * sc * (p ? 0.0625f : 1.0f), dm = -dmin * mn;
                     acc = fmaf(ds, (p ? s2.z : s2.x) * (float)T[2 * jj + p], acc);
                     acc = fmaf(dm, p ? s2.w : s2.y, acc);
