@@ -73,7 +73,9 @@ def planes(module: Any, x: dict[int, Any]) -> dict[int, tuple[Any, Any, Any]]:
         xq = cp.zeros(R * k * 2 // 4, cp.uint32)
         xs = cp.zeros((R * k // 32, 2), cp.float32)
         xst = cp.zeros((k // 32 * 8, 2), cp.float32)
-        quant(((R * k // 32 + 7) // 8,), (256,), (rows, np.int32(k), np.int32(R), xq, xs, xst))
+        xs16 = cp.zeros(R * k // 16, cp.int32)
+        args = (rows, np.int32(k), np.int32(R), xq, xs, xst, xs16)
+        quant(((R * k // 32 + 7) // 8,), (256,), args)
         out[k] = (xq, xs, xst)
     return out
 

@@ -31,8 +31,10 @@ OJ_DEV int dp4a_us(u32 a, u32 b, int c) {  // a: unsigned bytes, b: signed bytes
 //   xs: float2 [R][K/32]: (s_lo, sum of the block's rounded activations)
 // One warp per 32-element block.
 //   xst: float2 [K/32][8]: the same pairs, rows side by side (rows < 8; the mma probe's layout)
+//   xs16: i32 [R][K/16]: sum of 254 h + l over each 16 elements (the Q6_K probe's code offset)
 extern "C" __global__ void quant_x2(const float* __restrict__ X, int K, int R, u32* __restrict__ xq,
-                                    float2* __restrict__ xs, float2* __restrict__ xst) {
+                                    float2* __restrict__ xs, float2* __restrict__ xst,
+                                    int* __restrict__ xs16) {
     const int lane = threadIdx.x & 31;
     const int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int nblk = K / 32;
@@ -54,7 +56,9 @@ extern "C" __global__ void quant_x2(const float* __restrict__ X, int K, int R, u
     }
     int tot = 254 * h + l;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    for (int o = 1; o < 16; o <<= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    if ((lane & 15) == 0) xs16[((size_t)r * nblk + b) * 2 + (lane >> 4)] = tot;  // each half
+    tot += __shfl_xor_sync(0xffffffffu, tot, 16);
     if (lane == 0) {
         xs[(size_t)r * nblk + b] = make_float2(slo, slo * (float)tot);
         if (r < 8) xst[(size_t)b * 8 + r] = make_float2(slo, slo * (float)tot);
@@ -266,6 +270,98 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
 #pragma unroll
         for (int w = 0; w < PROBE_NW; ++w) v += red[w][threadIdx.x];
         if (n < rows) Y[n] = v;
+    }
+}
+
+// Q6_K on dp4a, one row (the engine's planes: ql [U][128], qh [U][64], scales [U][16] i8,
+// d [U] f16; U tile-major). Lane 8 g + s takes units g + 4k and the 16-byte ql segment s:
+// half n = s / 4, offset o = 16 (s % 4). Its low nibbles are elements 128n + o + 0..15 (group A,
+// one 16-element sub-block, the code's high bits at 0-1 or 2-3 of qh[32n + o % 32 ..]), its
+// high nibbles 128n + 64 + o + 0..15 (group B, bits 4-5 or 6-7). The 6-bit codes c (0..63)
+// times the planes sum exactly; the offset 32 comes off as 32 x (the group's 254 h + l sum,
+// quant_x2's xs16): a group is d sc slo (T - 32 S). T - 32 S can pass 2^24, so its conversion
+// to f32 may round (relative 2^-24): exact enough for a probe of speed.
+extern "C" __global__ void __launch_bounds__(32 * PROBE_NW, 4)  // 4 CTAs per SM, as q4k_seg<1>
+    q6k_seg(const u8* __restrict__ ql, const u8* __restrict__ qh, const u8* __restrict__ scales,
+            const u8* __restrict__ dplane, int rows, int cols, const uint4* __restrict__ xq,
+            const float2* __restrict__ xs, const int* __restrict__ xs16, float* __restrict__ Y) {
+    __shared__ float red[PROBE_NW][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = lane & 7, g = lane >> 3;
+    const int n = s >> 2, m = s & 3, o = 16 * m;
+    const int sh = m < 2 ? 0 : 2;         // group A's qh bits; B's are 4 higher
+    const int bA = 4 * n + (m >> 1);      // A's 32-element activation block (B's: bA + 2)
+    const int w0 = 4 * (m & 1);           // A's and B's first word in their blocks
+    const int tile = blockIdx.x, nsb = cols >> 8;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    struct Q6Blocks {
+        uint4 ql[4], qh[4];
+        uint2 sc[4];  // scale bytes 8n .. 8n + 7: A's at byte m, B's at byte 4 + m
+        u16 d[4];
+    } next;
+    auto load = [&](int sb, Q6Blocks& B) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const size_t u = ((size_t)tile * nsb + sb) * 16 + g + 4 * k;
+            B.ql[k] = *(const uint4*)(ql + u * 128 + 16 * s);
+            B.qh[k] = *(const uint4*)(qh + u * 64 + 32 * n + 16 * (m & 1));
+            B.sc[k] = *(const uint2*)(scales + u * 16 + 8 * n);
+            B.d[k] = *(const u16*)(dplane + u * 2);
+        }
+    };
+    if (warp < nsb) load(warp, next);
+    oj_grid_dep();
+    for (int sb = warp; sb < nsb; sb += PROBE_NW) {
+        const Q6Blocks cur = next;
+        if (sb + PROBE_NW < nsb) load(sb + PROBE_NW, next);
+        // the planes of A's and B's 16 elements: words w0.. of blocks bA and bA + 2
+        const int pA = bA & 1;
+        const uint4* xa = xq + ((size_t)sb * 4 + (bA >> 1)) * 8 + w0;
+        const uint4* xb = xq + ((size_t)sb * 4 + (bA >> 1) + 1) * 8 + w0;
+        u32 ha[4], la[4], hb[4], lb[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint4 va = __ldg(xa + i), vb = __ldg(xb + i);
+            ha[i] = pA ? va.z : va.x;
+            la[i] = pA ? va.w : va.y;
+            hb[i] = pA ? vb.z : vb.x;
+            lb[i] = pA ? vb.w : vb.y;
+        }
+        const float sloA = __ldg(xs + (size_t)sb * 8 + bA).x, sloB = __ldg(xs + (size_t)sb * 8 + bA + 2).x;
+        const int SA = __ldg(xs16 + (size_t)sb * 16 + 8 * n + m), SB = __ldg(xs16 + (size_t)sb * 16 + 8 * n + 4 + m);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            int iha = 0, ila = 0, ihb = 0, ilb = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const u32 lw = word_of(cur.ql[k], i), hw = word_of(cur.qh[k], i);
+                const u32 ca = (lw & 0x0F0F0F0Fu) | (((hw >> sh) & 0x03030303u) << 4);
+                const u32 cb = ((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (sh + 4)) & 0x03030303u) << 4);
+                iha = dp4a_us(ca, ha[i], iha);
+                ila = dp4a_us(ca, la[i], ila);
+                ihb = dp4a_us(cb, hb[i], ihb);
+                ilb = dp4a_us(cb, lb[i], ilb);
+            }
+            const float d = h2f(cur.d[k]);
+            const float scA = (float)(i8)(cur.sc[k].x >> (8 * m)), scB = (float)(i8)(cur.sc[k].y >> (8 * m));
+            acc[k] = fmaf(d * scA, sloA * (float)(254 * iha + ila - 32 * SA), acc[k]);
+            acc[k] = fmaf(d * scB, sloB * (float)(254 * ihb + ilb - 32 * SB), acc[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        float v = acc[k];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        if (s == 0) red[warp][g + 4 * k] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const int row = tile * 16 + threadIdx.x;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < PROBE_NW; ++w) v += red[w][threadIdx.x];
+        if (row < rows) Y[row] = v;
     }
 }
 

@@ -1,12 +1,13 @@
-"""A probe, not an engine path: Q4_K products on integer dot products (bench/int_dot_probe.cu:
-dp4a on the 4-bit codes and two int8 planes of the activations) against matmul.cu's f16
-tensor-core row kernels, on the same weights: every Q4_K matrix of the 27B Q4_K_M trunk.
+"""A probe, not an engine path: Q4_K (and, at one row, Q6_K) products on integer dot products
+(bench/int_dot_probe.cu: dp4a or int8 mma on the codes and two int8 planes of the activations)
+against matmul.cu's f16 tensor-core row kernels, on the same weights: every Q4_K matrix of the
+27B Q4_K_M trunk (the Q6_K ones and the LM head for Q6_K).
 
-Prints (1) the probe's error against float64 numpy on a small matrix (and the engine's, for
-scale), (2) per row count the time of one graph of all Q4_K products, each way, with the
-achieved GB/s against the read bandwidth measured in the same run.
+Prints (1) the probe's error against float64 numpy on small matrices (and the engine's, for
+scale), (2) per row count the time of one graph of all Q4_K products, each way, then the Q6_K
+products at one row, with the achieved TB/s against the read bandwidth measured in the same run.
 
-    python bench/int_dot_probe.py [--rows 1,2,4] [--json out.json]
+    python bench/int_dot_probe.py [--rows 1,2,4,8] [--kinds seg,mma_r] [--giant-gb G] [--json F]
 """
 
 from __future__ import annotations
@@ -72,10 +73,12 @@ class Probe:
         self.mma = launch.kernel(mod, "q4k_mma8")
         self.mma_r = launch.kernel(mod, "q4k_mma8_r")
         self.seg_canon = launch.kernel(mod, "q4k_seg_canon")
+        self.q6 = launch.kernel(mod, "q6k_seg")
         self._repacked: dict[str, weights.GpuWeight] = {}
         self.xq = cp.zeros(max_rows * max_k * 2 // 4, cp.uint32)
         self.xs = cp.zeros((max_rows * max_k // 32, 2), cp.float32)
         self.xst = cp.zeros((max_k // 32 * 8, 2), cp.float32)
+        self.xs16 = cp.zeros(max_rows * max_k // 16, cp.int32)
 
     def repacked(self, w: weights.GpuWeight) -> weights.GpuWeight:
         """repack_codes(w), made once per weight."""
@@ -86,12 +89,15 @@ class Probe:
     def quantize(self, x: Any) -> None:
         R, K = x.shape
         blocks = R * K // 32
-        self.quant(
-            ((blocks + 7) // 8,), (256,), (x, np.int32(K), np.int32(R), self.xq, self.xs, self.xst)
-        )
+        args = (x, np.int32(K), np.int32(R), self.xq, self.xs, self.xst, self.xs16)
+        self.quant(((blocks + 7) // 8,), (256,), args)
 
     def product(self, w: weights.GpuWeight, R: int, y: Any, kind: str = "seg") -> None:
         tiles = -(-w.rows // 16)
+        if w.ggml_type == weights.Q6_K:  # one row, q6k_seg whatever the kind
+            dims = (np.int32(w.rows), np.int32(w.cols))
+            self.q6((tiles,), (32 * NW,), (*w.planes, *dims, self.xq, self.xs, self.xs16, y))
+            return
         shape = (w.planes[0], np.int32(w.rows), np.int32(w.cols), self.xq)
         ldy = np.int32(y.shape[1])
         if kind == "mma":
@@ -106,7 +112,8 @@ class Probe:
 
 
 def check(probe: Probe) -> dict[str, float]:
-    """Relative errors against float64 on a 72 x 768 Q4_K matrix, 4 rows."""
+    """Relative errors against float64 on a 72 x 768 Q4_K matrix at 1, 2, 4 and 8 rows, and on a
+    Q6_K one at 1 row; the largest difference between seg_canon and mma_r (0 expected)."""
     import cupy as cp
 
     rng = np.random.default_rng(7)
@@ -131,6 +138,21 @@ def check(probe: Probe) -> dict[str, float]:
             got_h = cp.asnumpy(y)
             assert np.isfinite(got_h).all(), f"{name}: unwritten outputs"
             out[f"{name}_rel_err_{R}"] = float(np.linalg.norm(got_h - ref) / np.linalg.norm(ref))
+        if R == 1:  # Q6_K on dp4a (q6k_seg), one row
+            raw6 = weights.random_block_bytes(weights.Q6_K, 72, 768, 12, xp=np)
+            dense6 = quants.dequantize(raw6, weights.Q6_K, (72, 768)).astype(np.float64)
+            w6 = weights.upload("probe6", raw6, weights.Q6_K, 72, 768)
+            ref6 = x.astype(np.float64) @ dense6.T
+            got6 = {"q6_seg": cp.full((1, 72), np.nan, cp.float32)}
+            probe.product(w6, 1, got6["q6_seg"])
+            got6["q6_engine"] = cp.full((1, 72), np.nan, cp.float32)
+            kernels.matmul(w6, cp.asarray(x), got6["q6_engine"])
+            for name, y in got6.items():
+                got_h = cp.asnumpy(y)
+                assert np.isfinite(got_h).all(), f"{name}: unwritten outputs"
+                out[f"{name}_rel_err_1"] = float(
+                    np.linalg.norm(got_h - ref6) / np.linalg.norm(ref6)
+                )
         if "seg_canon" in got:  # the invariance question: the same bits as the mma kernel?
             diff = cp.abs(got["seg_canon"] - got["mma_r"]).max()
             out["seg_canon_vs_mma_r_max_abs_diff"] = float(diff)
@@ -217,6 +239,14 @@ def main() -> int:
         results.append(row)
         print("rows", json.dumps(row), flush=True)
     info["results"] = results
+    if args.giant_gb <= 0 and "seg" in kinds and 1 in rows:
+        # Q6_K at one row: the trunk's Q6_K matrices and the LM head, engine against q6k_seg
+        six = [m for m in model_matrices() if m.ggml_type == weights.Q6_K]
+        probe6 = Probe(1, max(m.cols for m in six))
+        b6 = sum(m.nbytes for m in six)
+        row6 = time_rows(probe6, six, 1, b6, bw, ("seg",))
+        info["q6k"] = {"bytes": b6, "matrices": len(six), **row6}
+        print(f"Q6_K: {len(six)} matrices, {b6 / 1e9:.2f} GB:", json.dumps(row6), flush=True)
     if args.json:
         args.json.write_text(json.dumps(info, indent=1))
     return 0
