@@ -148,12 +148,14 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
 #pragma unroll
             for (int h = 0; h < 2; ++h) f[m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1), sb, t);
     };
-    auto run = [&](Frag (&f)[MT][2], int sb) {
+    // the activations come as an argument: nothing before oj_grid_dep() below names them
+    // (tests/unit/test_cuda_launch.py reads these sources for that)
+    auto run = [&](Frag (&f)[MT][2], int sb, const void* __restrict__ act) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) f[m][h].prep(t);
-        mma_superblock<Frag, MT, NT, XL>(f, acc, X, ldx, sb, nrows, gid, t);
+        mma_superblock<Frag, MT, NT, XL>(f, acc, act, ldx, sb, nrows, gid, t);
     };
     if constexpr (DEPTH == 1 && Frag::kTurns && MM_TURNS) {
         // Two buffers taking turns: the next super-block's raw blocks load into one while the
@@ -171,10 +173,10 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
         for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {
             const int sb2 = sb + MM_NW;
             if (sb2 < nsb) load_to(fb, sb2);
-            run(fa, sb);
+            run(fa, sb, X);
             if (sb2 >= nsb) break;
             if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-            run(fb, sb2);
+            run(fb, sb2, X);
         }
     } else {
         // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the super-block d steps ahead,
@@ -188,7 +190,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
         oj_grid_dep();  // after the first loads, as above
         for (int sb = warp; sb < nsb; sb += MM_NW) {
             if (sb + DEPTH * MM_NW < nsb) load_to(ring[DEPTH], sb + DEPTH * MM_NW);
-            run(ring[0], sb);
+            run(ring[0], sb, X);
 #pragma unroll
             for (int d = 0; d < DEPTH; ++d)
 #pragma unroll
