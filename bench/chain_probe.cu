@@ -1,5 +1,6 @@
-// A probe (bench/chain_probe.py), not an engine kernel; compiled after bench/int_dot_probe.cu
-// (its dp4a helpers and activation planes). Question asked: how much of the ~4-5 us that every
+// A probe (bench/chain_probe.py), not an engine kernel; compiled after engine/cuda/matmul.cu
+// (its f16 fragments and mma_superblock) and bench/int_dot_probe.cu (its dp4a helpers and
+// activation planes). Question asked: how much of the ~4-5 us that every
 // product launch loses against its kernel's own streaming rate (bench/NOTES.md v24) does ONE
 // persistent kernel win back, running a step's products one after another with a grid barrier
 // between them (each product needs the one before it, as in the forward pass), and loading
@@ -14,8 +15,10 @@ struct ChainProduct {
     const uint4* xq;    // activation planes (quant_x2) of the rows
     const float2* xs;   // (slo, xsum) per 32-element block, one row
     const float2* xst;  // the same, rows side by side (quant_x2's xst: the mma kernels' layout)
+    const void* xh;     // the rows as the engine's packed f16 activations (chain_q4k_f16)
     int rows, cols;     // N, K
     int tiles, items;   // ceil(N / 16), tiles * K / 256
+    int ldx, pad;       // xh: halves per row
 };
 
 // One item: the dp4a products of q4k_seg<1> (int_dot_probe.cu) over one super-block, each
@@ -131,6 +134,36 @@ struct ChainMma {
     }
 };
 
+// 1-8 rows on the ENGINE's f16 fragments (matmul.cu mma_superblock, FragQ4K, packed f16
+// activations in groups of 2^XL rows): the same persistent walk with today's numerics, to tell
+// what persistence alone is worth.
+template <int XL>
+struct ChainF16 {
+    struct Load {
+        FragQ4K f[1][2];
+    };
+    static OJ_DEV WDesc desc(const ChainProduct& P) { return {P.W, P.W, P.W, P.W, P.rows, P.cols}; }
+    static OJ_DEV void load(const ChainProduct& P, int item, int lane, Load& L) {
+        const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, gid = lane >> 2, t = lane & 3;
+        const WDesc W = desc(P);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) L.f[0][h].load(W, min(tile * 16 + 8 * h + gid, P.rows - 1), sb, t);
+    }
+    static OJ_DEV void item(const ChainProduct& P, int item, int lane, const Load& L, float* part, int R) {
+        const int nsb = P.cols >> 8, tile = item / nsb, sb = item % nsb, gid = lane >> 2, t = lane & 3;
+        Load cur = L;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) cur.f[0][h].prep(t);
+        float acc[1][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}};
+        mma_superblock<FragQ4K, 1, 1, XL>(cur.f, acc, P.xh, P.ldx, sb, R, gid, t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int n = tile * 16 + gid + 8 * (i >> 1), r = 2 * t + (i & 1);
+            if (n < P.rows && r < R) part[((size_t)sb * 8 + r) * P.rows + n] = acc[0][0][i];
+        }
+    }
+};
+
 extern "C" __global__ void __launch_bounds__(128, 4)
     chain_q4k(const ChainProduct* __restrict__ prods, int n_prods, float* __restrict__ part,
               unsigned* bar, int barriers, int* failed) {
@@ -141,3 +174,13 @@ extern "C" __global__ void __launch_bounds__(128, 4)
                   unsigned* bar, int barriers, int* failed, int R) {
     chain_walk<ChainMma>(prods, n_prods, part, bar, barriers, failed, R);
 }
+#define CHAIN_F16(XL)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128, 4)                                           \
+        chain_q4k_f16_##XL(const ChainProduct* __restrict__ prods, int n_prods,                    \
+                           float* __restrict__ part, unsigned* bar, int barriers, int* failed,     \
+                           int R) {                                                                \
+        chain_walk<ChainF16<XL>>(prods, n_prods, part, bar, barriers, failed, R);                  \
+    }
+CHAIN_F16(0)
+CHAIN_F16(2)
+CHAIN_F16(3)

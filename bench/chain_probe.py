@@ -3,13 +3,15 @@ v24) come back when a step's products run inside ONE persistent kernel with a gr
 between consecutive products? bench/chain_probe.cu runs every Q4_K product of the 27B Q4_K_M
 trunk in forward order with work items of one super-block of one 16-row tile shared evenly by
 all warps: at one activation row on int_dot_probe.cu's dp4a loop (`chain_q4k`), at 2-8 rows on
-its int8 mma loop over repacked code bytes (`chain_q4k_mma`).
+its int8 mma loop over repacked code bytes (`chain_q4k_mma`), and at every row count on the
+engine's own f16 fragments and packed activations (`chain_q4k_f16_<XL>`: today's numerics).
 
 Prints, in one run and per row count, the time of all products:
   - `engine`: the engine's f16 row kernels (a graph of launches);
-  - `launches`: the probe's kernel launched once per product (a graph of launches);
-  - `persistent`: one launch, a grid barrier after every product;
-  - `no_barrier`: one launch, no barrier (the streaming rate of the item walk alone);
+  - for each of `int` and `f16` (the probe's two inner loops):
+    `_launches`: the probe's kernel launched once per product (a graph of launches);
+    `_persistent`: one launch, a grid barrier after every product;
+    `_no_barrier`: one launch, no barrier (the streaming rate of the item walk alone);
 with the achieved TB/s against the read bandwidth measured in the same run.
 
     python bench/chain_probe.py [--rows 1,4,8] [--json out.json]
@@ -43,20 +45,26 @@ PRODUCT = np.dtype(
         ("xq", "<u8"),
         ("xs", "<u8"),
         ("xst", "<u8"),
+        ("xh", "<u8"),
         ("rows", "<i4"),
         ("cols", "<i4"),
         ("tiles", "<i4"),
         ("items", "<i4"),
+        ("ldx", "<i4"),
+        ("pad", "<i4"),
     ]
 )
 
 
 def chain_module() -> Any:
+    """matmul.cu (the engine's f16 fragments, with the engine's tiling defines), then the int
+    probe's kernels, then the chain kernels, in one module."""
     import cupy as cp
 
-    probe = (HERE / "int_dot_probe.cu").read_text()
-    text = probe.replace('#include "quant.cuh"', build.module_source(("quant.cuh",)))
-    return cp.RawModule(code=text + (HERE / "chain_probe.cu").read_text(), options=("-std=c++17",))
+    probe = (HERE / "int_dot_probe.cu").read_text().replace('#include "quant.cuh"', "")
+    text = build.module_source(build.MATMUL_SOURCES) + probe + (HERE / "chain_probe.cu").read_text()
+    options = ("-std=c++17", *build.MATMUL_CONFIG.defines())
+    return cp.RawModule(code=text, options=options)
 
 
 MAX_ROWS = 8  # chain_q4k_mma's n-tile
@@ -80,15 +88,16 @@ def planes(module: Any, x: dict[int, Any]) -> dict[int, tuple[Any, Any, Any]]:
     return out
 
 
-def descriptors(mats: list[weights.GpuWeight], xplanes: dict[int, tuple[Any, Any, Any]]) -> Any:
+def descriptors(mats: list[weights.GpuWeight], xplanes: dict[int, tuple[Any, Any, Any]], xh: dict[int, Any]) -> Any:  # fmt: skip
+    """The ChainProduct table: each product's weights, its input's planes and packed f16 rows."""
     import cupy as cp
 
     table = np.zeros(len(mats), PRODUCT)
     for i, m in enumerate(mats):
         xq, xs, xst = xplanes[m.cols]
         tiles = -(-m.rows // 16)
-        ptrs = (m.planes[0].data.ptr, xq.data.ptr, xs.data.ptr, xst.data.ptr)
-        table[i] = (*ptrs, m.rows, m.cols, tiles, tiles * (m.cols // 256))
+        ptrs = (m.planes[0].data.ptr, xq.data.ptr, xs.data.ptr, xst.data.ptr, xh[m.cols].data.ptr)
+        table[i] = (*ptrs, m.rows, m.cols, tiles, tiles * (m.cols // 256), m.cols, 0)
     return cp.asarray(table.view(np.uint8))
 
 
@@ -143,15 +152,6 @@ def main() -> int:
     print(f"read {bw / 1e12:.3f} TB/s; {len(mats)} Q4_K products, {nbytes / 1e9:.2f} GB; floor {nbytes / bw * 1e3:.3f} ms")  # fmt: skip
     results = []
     for R in rows:
-        name = "chain_q4k" if R == 1 else "chain_q4k_mma"
-        fn = module.get_function(name)
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, THREADS, 0)
-        grid = per_sm * cp.cuda.Device().attributes["MultiProcessorCount"]
-        table = descriptors(mats if R == 1 else packed, xplanes)
-        extra = () if R == 1 else (np.int32(R),)
-        variants = chain_variants(
-            module, name, fn, table, len(mats), grid, (part, bar, failed), extra
-        )
         xr = {k: v[:R] for k, v in x.items()}
         xh = {k: kernels.pack_activations(v) for k, v in xr.items()}
         y = cp.empty((R, max(m.rows for m in mats)), cp.float32)
@@ -160,8 +160,23 @@ def main() -> int:
             for m in mats:
                 kernels.matmul(m, xr[m.cols], y, xh=xh[m.cols])
 
-        row: dict[str, Any] = {"rows": R, "kernel": name, "grid": grid, "ctas_per_sm": per_sm}
-        for label, launch_fn in (("engine", engine), *variants):
+        row: dict[str, Any] = {"rows": R}
+        timed: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
+        # the integer kernel of this row count (dp4a or int8 mma), then the engine's f16 numerics
+        int_name = "chain_q4k" if R == 1 else "chain_q4k_mma"
+        f16_name = f"chain_q4k_f16_{kernels.packed_group(R)}"
+        for label, name, source, extra in (
+            ("int", int_name, mats if R == 1 else packed, () if R == 1 else (np.int32(R),)),
+            ("f16", f16_name, mats, (np.int32(R),)),
+        ):
+            fn = module.get_function(name)
+            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, THREADS, 0)
+            grid = per_sm * cp.cuda.Device().attributes["MultiProcessorCount"]
+            row[f"{label}_kernel"], row[f"{label}_grid"] = name, grid
+            table = descriptors(source, xplanes, xh)
+            for variant, run in chain_variants(module, name, fn, table, len(mats), grid, (part, bar, failed), extra):  # fmt: skip
+                timed.append((f"{label}_{variant}", run))
+        for label, launch_fn in timed:
             t = time_graph(launch_fn)
             row[label] = {"ms": t * 1e3, "tb_s": nbytes / t / 1e12, "x_floor": t / (nbytes / bw)}
         results.append(row)

@@ -102,7 +102,7 @@ if [ "$MODE" = probe ]; then
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} ${KINDS:+--kinds "$KINDS"} 2>&1 | tee "$OUT/probe.log"
 fi
 if [ "$MODE" = chain ]; then
-  timeout "${PROBE_S:-240}" python3 bench/chain_probe.py --rows "${ROWS:-1,4,8}" --json "$OUT/chain.json" 2>&1 | tee "$OUT/chain.log"
+  timeout "${PROBE_S:-300}" python3 bench/chain_probe.py --rows "${ROWS:-1,4,8}" --json "$OUT/chain.json" 2>&1 | tee "$OUT/chain.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
