@@ -179,10 +179,10 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
             run(fb, sb2, X);
         }
     } else {
-        // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the super-block d steps ahead,
-        // shifted by one each super-block. (With DEPTH 2 the shift makes the compiler wait for
-        // the load just issued, so one super-block is in flight in effect; an unrolled ring that
-        // kept two was no faster, bench/NOTES.md v16a.)
+        // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the
+        // super-block d steps ahead, shifted by one each super-block. (With DEPTH 2 the shift
+        // makes the compiler wait for the load just issued, so one super-block is in flight in
+        // effect; an unrolled ring that kept two was no faster, bench/NOTES.md v16a.)
         Frag ring[DEPTH + 1][MT][2];
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d)
