@@ -12,6 +12,7 @@
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
+#   probes                           probe, then chain, in one call (~4-5 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (untracked, made
@@ -96,6 +97,10 @@ if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then tur
   timeout "${PYTEST_S:-300}" python3 -m pytest tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+fi
+if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questions in one call
+  bash "$0" probe && bash "$0" chain
+  exit $?
 fi
 if [ "$MODE" = probe ]; then
   timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" \
