@@ -99,7 +99,7 @@ if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then tur
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questions in one call
-  bash "$0" probe && bash "$0" chain
+  bash "$0" probe; bash "$0" chain
   exit $?
 fi
 if [ "$MODE" = probe ]; then
