@@ -52,11 +52,22 @@ def tensor_bytes(ggml_type: int, rows: int, cols: int) -> int:
     return rows * (cols // per) * nbytes
 
 
+# The most output rows a product of tile-major weights takes: its row kernels launch one CTA
+# row (grid y) per 16 weight rows, and CUDA caps grid y at 65,535 (a Q4_K matrix of 1,048,576
+# rows, 4 GB at K = 5,120, was refused with CUDA_ERROR_INVALID_VALUE: bench/NOTES.md v24h).
+MAX_PRODUCT_ROWS = 65535 * TILE_ROWS
+
+
 def check_shape(name: str, ggml_type: int, rows: int, cols: int) -> None:
     if ggml_type not in BLOCK_BYTES:
         raise WeightFormatError(f"{name}: ggml type {ggml_type} has no CUDA kernel")
     if cols % 256:
         raise WeightFormatError(f"{name}: row length {cols} is not a multiple of 256")
+    if ggml_type not in (F32, BF16) and rows > MAX_PRODUCT_ROWS:
+        raise WeightFormatError(
+            f"{name}: {rows:,} rows, more than the {MAX_PRODUCT_ROWS:,} the CUDA products take; "
+            "run this model with --backend llama-server"
+        )
 
 
 def from_device_bytes(name: str, raw: Any, ggml_type: int, rows: int, cols: int) -> GpuWeight:

@@ -39,3 +39,11 @@ def test_units_land_at_unit_index(ggml_type: int, rows: int) -> None:
 def test_rejects_a_row_length_that_is_not_whole_super_blocks() -> None:
     with pytest.raises(weights.WeightFormatError):
         weights.check_shape("odd", weights.Q8_0, 4, 96)
+
+
+def test_rejects_more_rows_than_the_products_grid_takes() -> None:
+    # f32 weights run on mm_f32_exact, whose grid puts the rows on x: no such cap
+    weights.check_shape("wide", weights.F32, weights.MAX_PRODUCT_ROWS + 16, 256)
+    weights.check_shape("edge", weights.Q4_K, weights.MAX_PRODUCT_ROWS, 256)
+    with pytest.raises(weights.WeightFormatError, match="llama-server"):
+        weights.check_shape("huge", weights.Q4_K, weights.MAX_PRODUCT_ROWS + 1, 256)
