@@ -203,6 +203,18 @@ PROBE_KERNEL(1)
 PROBE_KERNEL(2)
 PROBE_KERNEL(4)
 
+// One activation row's outputs of a 16-row tile: the warps' sums (red[warp][unit]) added in warp
+// order by the first 16 threads, after the CTA's barrier.
+OJ_DEV void store_tile_row(const float (&red)[PROBE_NW][16], int tile, int rows, float* __restrict__ Y) {
+    if (threadIdx.x < 16) {
+        const int row = tile * 16 + threadIdx.x;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < PROBE_NW; ++w) v += red[w][threadIdx.x];
+        if (row < rows) Y[row] = v;
+    }
+}
+
 // q4k_seg<1> in the CANONICAL order of the int8 mma kernels (q4k_mma8_t): per output and K
 // class (the warp's super-blocks), per super-block the 8 sub-blocks in order into one f32
 // accumulator, fmaf(d sc, slo T, acc) then fmaf(-dmin m, xsum, acc), T the sub-block's exact
@@ -264,13 +276,7 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW)
     }
     if (half == 0) red[warp][g + 4 * own] = acc;
     __syncthreads();
-    if (threadIdx.x < 16) {
-        const int n = tile * 16 + threadIdx.x;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < PROBE_NW; ++w) v += red[w][threadIdx.x];
-        if (n < rows) Y[n] = v;
-    }
+    store_tile_row(red, tile, rows, Y);
 }
 
 // Q6_K on dp4a, one row (the engine's planes: ql [U][128], qh [U][64], scales [U][16] i8,
@@ -356,13 +362,7 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW, 4)  // 4 CTAs per SM
         if (s == 0) red[warp][g + 4 * k] = v;
     }
     __syncthreads();
-    if (threadIdx.x < 16) {
-        const int row = tile * 16 + threadIdx.x;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < PROBE_NW; ++w) v += red[w][threadIdx.x];
-        if (row < rows) Y[row] = v;
-    }
+    store_tile_row(red, tile, rows, Y);
 }
 
 // mma.m16n8k32 on u8 codes (A) and s8 activation planes (B), s32 sums from zero.
