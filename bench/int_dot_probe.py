@@ -131,6 +131,13 @@ def check(probe: Probe) -> dict[str, float]:
     return out
 
 
+def timed(launch: Callable[[], None], nbytes: int, bw: float) -> dict[str, float]:
+    """One graph of `launch`'s work reading nbytes of weights: ms, TB/s and the ratio to the
+    time the read bandwidth bw (bytes/s) allows."""
+    t = time_graph(launch)
+    return {"ms": t * 1e3, "tb_s": nbytes / t / 1e12, "x_floor": t / (nbytes / bw)}
+
+
 def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:  # fmt: skip
     """One graph of every product at R rows: the engine's kernels; each probe kernel with the
     activations quantized before each product (an upper bound: fused products share theirs)
@@ -161,10 +168,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
             variants += [(kind, probed(True, kind)), (f"{kind}_dots_only", probed(False, kind))]
     row: dict[str, Any] = {"rows": R}
     for name, fn in variants:
-        t = time_graph(fn)
-        row[f"{name}_ms"] = t * 1e3
-        row[f"{name}_tb_s"] = nbytes / t / 1e12
-        row[f"{name}_x_floor"] = t / (nbytes / bw)
+        row.update({f"{name}_{key}": v for key, v in timed(fn, nbytes, bw).items()})
     return row
 
 
