@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
-from bench.decode import model_matrices, read_bandwidth, time_graph  # noqa: E402
-from bench.int_dot_probe import repack_codes  # noqa: E402
+from bench.decode import model_matrices, read_bandwidth  # noqa: E402
+from bench.int_dot_probe import repack_codes, timed  # noqa: E402
 from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -161,7 +161,7 @@ def main() -> int:
                 kernels.matmul(m, xr[m.cols], y, xh=xh[m.cols])
 
         row: dict[str, Any] = {"rows": R}
-        timed: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
+        runs: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
         # the integer kernel of this row count (dp4a or int8 mma), then the engine's f16 numerics
         int_name = "chain_q4k" if R == 1 else "chain_q4k_mma"
         f16_name = f"chain_q4k_f16_{kernels.packed_group(R)}"
@@ -175,10 +175,9 @@ def main() -> int:
             row[f"{label}_kernel"], row[f"{label}_grid"] = name, grid
             table = descriptors(source, xplanes, xh)
             for variant, run in chain_variants(module, name, fn, table, len(mats), grid, (part, bar, failed), extra):  # fmt: skip
-                timed.append((f"{label}_{variant}", run))
-        for label, launch_fn in timed:
-            t = time_graph(launch_fn)
-            row[label] = {"ms": t * 1e3, "tb_s": nbytes / t / 1e12, "x_floor": t / (nbytes / bw)}
+                runs.append((f"{label}_{variant}", run))
+        for label, launch_fn in runs:
+            row[label] = timed(launch_fn, nbytes, bw)
         results.append(row)
         print("rows", json.dumps(row), flush=True)
     info["results"] = results

