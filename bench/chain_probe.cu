@@ -67,14 +67,22 @@ OJ_DEV void chain_barrier(unsigned* bar, unsigned target, int* failed) {
     __syncthreads();
 }
 
+// An item's 2,304 bytes (tile-major: item = tile * nsb + sb is its unit group's index) asked
+// into L2 by 18 lanes, one 128-byte line each.
+OJ_DEV void chain_prefetch_l2(const ChainProduct& P, int item, int lane) {
+    if (lane < 18) asm volatile("prefetch.global.L2 [%0];" ::"l"(P.W + (size_t)item * 2304 + lane * 128));
+}
+
 // The persistent walk, for a policy Op (Op::Load, Op::load, Op::item). grid: every CTA
-// resident at once (chain_probe.py sizes it from the occupancy); 4 warps. barriers != 0: a
-// barrier after every product but the last. The warp's next item (in this product or a later
-// one) is loaded before the current one is computed, so the first loads of product p + 1 are
-// in flight while the CTA waits at barrier p.
+// resident at once (chain_probe.py sizes it from the occupancy); 4 warps. flags bit 0: a
+// barrier after every product but the last; flags >> 1: how many of the warp's further items of
+// the next product it asks into L2 before it waits at a barrier (0: none). The warp's next item
+// (in this product or a later one) is loaded before the current one is computed, so the first
+// loads of product p + 1 are in flight while the CTA waits at barrier p.
 template <class Op>
 OJ_DEV void chain_walk(const ChainProduct* __restrict__ prods, int n_prods, float* __restrict__ part,
-                       unsigned* bar, int barriers, int* failed, int R) {
+                       unsigned* bar, int flags, int* failed, int R) {
+    const int barriers = flags & 1, ahead_l2 = flags >> 1;
     const int lane = threadIdx.x & 31;
     const int wg = blockIdx.x * 4 + (threadIdx.x >> 5), nw = gridDim.x * 4;
     // the warp's item sequence: products in order, items wg, wg + nw, ... of each
@@ -99,7 +107,13 @@ OJ_DEV void chain_walk(const ChainProduct* __restrict__ prods, int n_prods, floa
             item = ni;
             cur = next;
         }
-        if (barriers && q + 1 < n_prods) chain_barrier(bar, (unsigned)(q + 1) * gridDim.x, failed);
+        if (barriers && q + 1 < n_prods) {
+            // keep the memory busy through the barrier: the warp's items after `item` (its
+            // first of product p, already in `cur`) into L2
+            for (int a = 1; a <= ahead_l2 && p < n_prods && item + a * nw < prods[p].items; ++a)
+                chain_prefetch_l2(prods[p], item + a * nw, lane);
+            chain_barrier(bar, (unsigned)(q + 1) * gridDim.x, failed);
+        }
     }
 }
 
@@ -166,20 +180,20 @@ struct ChainF16 {
 
 extern "C" __global__ void __launch_bounds__(128, 4)
     chain_q4k(const ChainProduct* __restrict__ prods, int n_prods, float* __restrict__ part,
-              unsigned* bar, int barriers, int* failed) {
-    chain_walk<ChainDp4a>(prods, n_prods, part, bar, barriers, failed, 1);
+              unsigned* bar, int flags, int* failed) {
+    chain_walk<ChainDp4a>(prods, n_prods, part, bar, flags, failed, 1);
 }
 extern "C" __global__ void __launch_bounds__(128, 4)
     chain_q4k_mma(const ChainProduct* __restrict__ prods, int n_prods, float* __restrict__ part,
-                  unsigned* bar, int barriers, int* failed, int R) {
-    chain_walk<ChainMma>(prods, n_prods, part, bar, barriers, failed, R);
+                  unsigned* bar, int flags, int* failed, int R) {
+    chain_walk<ChainMma>(prods, n_prods, part, bar, flags, failed, R);
 }
 #define CHAIN_F16(XL)                                                                              \
     extern "C" __global__ void __launch_bounds__(128, 4)                                           \
         chain_q4k_f16_##XL(const ChainProduct* __restrict__ prods, int n_prods,                    \
-                           float* __restrict__ part, unsigned* bar, int barriers, int* failed,     \
+                           float* __restrict__ part, unsigned* bar, int flags, int* failed,        \
                            int R) {                                                                \
-        chain_walk<ChainF16<XL>>(prods, n_prods, part, bar, barriers, failed, R);                  \
+        chain_walk<ChainF16<XL>>(prods, n_prods, part, bar, flags, failed, R);                  \
     }
 CHAIN_F16(0)
 CHAIN_F16(2)

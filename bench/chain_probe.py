@@ -11,7 +11,11 @@ Prints, in one run and per row count, the time of all products:
   - for each of `int` and `f16` (the probe's two inner loops):
     `_launches`: the probe's kernel launched once per product (a graph of launches);
     `_persistent`: one launch, a grid barrier after every product;
+    `_persistent_l2_<a>`: the same, each warp asking its next a items of the next product into
+      L2 before it waits at a barrier (the memory kept busy through the barrier);
     `_no_barrier`: one launch, no barrier (the streaming rate of the item walk alone);
+    `_barriers_only`, `_barriers_only_1_per_sm`: the 431 barriers with no work, on the full grid
+      and on one CTA per SM (the barrier's own cost: its ms / 431 per barrier);
 with the achieved TB/s against the read bandwidth measured in the same run.
 
     python bench/chain_probe.py [--rows 1,4,8] [--json out.json]
@@ -38,6 +42,7 @@ from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 HERE = Path(__file__).parent
 THREADS = 128  # 4 warps, as chain_q4k's launch bounds say
+L2_AHEAD = (2, 6)  # items per warp asked into L2 before each barrier (the persistent_l2_<a> runs)
 # ChainProduct (chain_probe.cu): three pointers, then rows, cols, tiles, items
 PRODUCT = np.dtype(
     [
@@ -103,23 +108,38 @@ def descriptors(mats: list[weights.GpuWeight], xplanes: dict[int, tuple[Any, Any
 
 def chain_variants(module: Any, name: str, fn: Any, table: Any, n: int, grid: int, scratch: tuple[Any, Any, Any], extra: tuple[Any, ...]) -> list[tuple[str, Callable[[], None]]]:  # fmt: skip
     """The probe's three ways of running the n products of `table` through kernel `name`."""
+    import cupy as cp
+
     part, bar, failed = scratch
     size = PRODUCT.itemsize
     overlapped = launch.kernel(module, name)  # programmatic dependent launch, as the engine
 
-    def persistent(barriers: int) -> Callable[[], None]:
+    def persistent(flags: int, on: Any = table, blocks: int = grid) -> Callable[[], None]:
         def run() -> None:
             bar.fill(0)
-            fn((grid,), (THREADS,), (table, np.int32(n), part, bar, np.int32(barriers), failed, *extra))  # fmt: skip
+            fn((blocks,), (THREADS,), (on, np.int32(n), part, bar, np.int32(flags), failed, *extra))  # fmt: skip
 
         return run
+
+    # the same products with no items: the kernel passes its n - 1 barriers and does nothing else
+    empty_rows = table.get().view(PRODUCT)
+    empty_rows["items"] = 0
+    empty = cp.asarray(empty_rows.view(np.uint8))
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
 
     def launches() -> None:
         for i in range(n):
             sub = table[i * size : (i + 1) * size]
             overlapped((grid,), (THREADS,), (sub, np.int32(1), part, bar, np.int32(0), failed, *extra))  # fmt: skip
 
-    return [("launches", launches), ("persistent", persistent(1)), ("no_barrier", persistent(0))]
+    return [
+        ("launches", launches),
+        ("persistent", persistent(1)),
+        *((f"persistent_l2_{a}", persistent(1 | a << 1)) for a in L2_AHEAD),
+        ("no_barrier", persistent(0)),
+        ("barriers_only", persistent(1, empty)),
+        ("barriers_only_1_per_sm", persistent(1, empty, sms)),
+    ]
 
 
 def main() -> int:
