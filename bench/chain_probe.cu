@@ -67,10 +67,12 @@ OJ_DEV void chain_barrier(unsigned* bar, unsigned target, int* failed) {
     __syncthreads();
 }
 
-// An item's 2,304 bytes (tile-major: item = tile * nsb + sb is its unit group's index) asked
-// into L2 by 18 lanes, one 128-byte line each.
+// An item's bytes (tile-major: item = tile * nsb + sb is its unit group's index) asked into L2
+// by the first lanes, one 128-byte line each.
+constexpr int CHAIN_ITEM_BYTES = 16 * 144;  // 16 Q4_K units
 OJ_DEV void chain_prefetch_l2(const ChainProduct& P, int item, int lane) {
-    if (lane < 18) asm volatile("prefetch.global.L2 [%0];" ::"l"(P.W + (size_t)item * 2304 + lane * 128));
+    if (lane < CHAIN_ITEM_BYTES / 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(P.W + (size_t)item * CHAIN_ITEM_BYTES + lane * 128));
 }
 
 // The persistent walk, for a policy Op (Op::Load, Op::load, Op::item). grid: every CTA

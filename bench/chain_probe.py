@@ -43,7 +43,7 @@ from engine.cuda import build, kernels, launch, weights  # noqa: E402
 HERE = Path(__file__).parent
 THREADS = 128  # 4 warps, as chain_q4k's launch bounds say
 L2_AHEAD = (2, 6)  # items per warp asked into L2 before each barrier (the persistent_l2_<a> runs)
-# ChainProduct (chain_probe.cu): three pointers, then rows, cols, tiles, items
+# ChainProduct (chain_probe.cu): five pointers, then rows, cols, tiles, items, ldx, pad
 PRODUCT = np.dtype(
     [
         ("W", "<u8"),
@@ -107,7 +107,8 @@ def descriptors(mats: list[weights.GpuWeight], xplanes: dict[int, tuple[Any, Any
 
 
 def chain_variants(module: Any, name: str, fn: Any, table: Any, n: int, grid: int, scratch: tuple[Any, Any, Any], extra: tuple[Any, ...]) -> list[tuple[str, Callable[[], None]]]:  # fmt: skip
-    """The probe's three ways of running the n products of `table` through kernel `name`."""
+    """The probe's ways of running the n products of `table` through kernel `name` (the module
+    docstring's variants), each as (label, a function that launches it)."""
     import cupy as cp
 
     part, bar, failed = scratch
