@@ -22,7 +22,9 @@ typedef unsigned long long u64;
 // engine/cuda/launch.py may launch a kernel with the programmatic-serialization attribute: its
 // CTAs can then start while the kernel before it in the stream is still running. Every
 // __global__ calls oj_grid_dep() or oj_grid_dep_early() before its first read of anything an
-// earlier kernel wrote, before its first write and before any return: griddepcontrol.wait
+// earlier kernel of the step may still be writing (the products' weights and the DeltaNet
+// recurrence's state are read before: deltanet.cu says why that state is safe), before its
+// first write and before any return: griddepcontrol.wait
 // blocks until the earlier kernel has finished and its writes are visible (a grid that ended
 // without waiting could end before its predecessor, and the next kernel would then read
 // unfinished results). launch_dependents lets the next kernel's CTAs be scheduled once every

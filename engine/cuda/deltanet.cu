@@ -140,7 +140,26 @@ OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
     const int j = blockIdx.x / NCB, s = blockIdx.y, g = j % DN_HK;
     const int c = (blockIdx.x % NCB) * CB + (threadIdx.x >> 1), hf = threadIdx.x & 1;
     const int k0 = hf * DN_KH, C = 2 * DN_HK * DN_DK + HV * DN_DV;
-    if (j >= HV) {
+    // The product after this kernel may be scheduled at once (oj_grid_dep_early's order). A
+    // pass with outputs reads its state BEFORE waiting for the kernel before it, so that read
+    // overlaps that kernel (dn_conv) and the tail of the product before it: no kernel of a step
+    // writes a DeltaNet state ahead of its own layer's recurrence, and every kernel from the
+    // layer's input product on starts only after that product's wait, which orders everything
+    // before it (checkpoint restores and resets run before the step, outside its graph). The
+    // replay (y == nullptr) follows other work and waits first. seg_slot is the pass's metadata,
+    // copied before the step's first kernel.
+    oj_grid_release();
+    const bool head = j < HV, early = y != nullptr;
+    float* S = state + blockIdx.z * st_lstride + (((size_t)seg_slot[s] * HV + j) * DN_DK) * DN_DV;
+    float st[DN_KH];
+    auto load_state = [&] {
+#pragma unroll
+        for (int i = 0; i < DN_KH; ++i) st[i] = S[(size_t)(k0 + i) * DN_DV + c];
+    };
+    if (head && early) load_state();
+    oj_grid_dep();
+    if (head && !early) load_state();
+    if (!head) {
         const int channel = (blockIdx.x - HV * NCB) * blockDim.x + threadIdx.x;
         if (seg_keep[s] > 0 && channel < C) {
             const float* m = mix + blockIdx.z * mix_lstride + (size_t)seg_start[s] * ldm;
@@ -155,11 +174,6 @@ OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
     ssm_a += blockIdx.z * p_lstride;
     dt_bias += blockIdx.z * p_lstride;
     ssm_norm += blockIdx.z * (long long)DN_DV;
-    float* S = state + blockIdx.z * st_lstride + (((size_t)seg_slot[s] * HV + j) * DN_DK) * DN_DV;
-
-    float st[DN_KH];
-#pragma unroll
-    for (int i = 0; i < DN_KH; ++i) st[i] = S[(size_t)(k0 + i) * DN_DV + c];
 
     const float qscale = rsqrtf((float)DN_DK);
     const int t0 = seg_start[s], nrows = seg_rows[s];
@@ -235,12 +249,11 @@ OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
     }
 }
 
+// (dn_recur_cols waits for the kernel before it itself, after its state loads)
 extern "C" __global__ void __launch_bounds__(2 * DN_DV) dn_recur(DN_RECUR_PARAMS) {
-    oj_grid_dep_early();
     dn_recur_cols<DN_DV>(DN_RECUR_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(2 * DN_CB) dn_recur_split(DN_RECUR_PARAMS) {
-    oj_grid_dep_early();
     dn_recur_cols<DN_CB>(DN_RECUR_ARGS);
 }
 

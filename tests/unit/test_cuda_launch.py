@@ -68,9 +68,10 @@ def _first_statement(body: str) -> str:
 
 
 def test_every_kernel_waits_for_the_one_before_it_first() -> None:
-    """A kernel's first statement is oj_grid_dep() or oj_grid_dep_early(), or (the products) a
-    call of a device function that issues only weight loads before oj_grid_dep() and has no
-    return before it."""
+    """A kernel's first statement is oj_grid_dep() or oj_grid_dep_early(), or a call of a
+    device function that issues only loads of what no kernel of the step has written yet (the
+    products' weights, the DeltaNet recurrence's state) before oj_grid_dep() and has no return
+    before it."""
     text = "\n".join(p.read_text() for p in sorted(CUDA_DIR.glob("*.cu")))
     devices = _device_function_bodies(text)
     kernels = list(re.finditer(r'extern "C" __global__', text))
