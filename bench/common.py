@@ -34,13 +34,38 @@ def say(message: str) -> None:
     print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def sh(cmd: Sequence[str], timeout: float = 20) -> str:
+def sh(cmd: Sequence[str], timeout: float = 20, env: dict[str, str] | None = None) -> str:
     """A command's stdout, stripped; empty when it is missing or fails."""
     try:
-        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=env)
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout.strip()
+
+
+def worktree_tree(root: Path = ROOT) -> str:
+    """The git tree id of the files as they are in `root`'s working tree (tracked ones with their
+    changes, and untracked ones git does not ignore), or "" outside git. A run's "commit" names
+    HEAD, which on a device call is the checkout's start while the files measured are the
+    session's working tree; this id equals `git rev-parse C^{tree}` for the commit C whose
+    files those were (`git log --format='%h %T' | grep TREE` finds it). Built in a copy of the
+    index, so the checkout's own index is left as it was."""
+    import shutil
+    import tempfile
+
+    git = ["git", "-C", str(root)]
+    git_dir = sh([*git, "rev-parse", "--absolute-git-dir"])
+    if not git_dir:
+        return ""
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp) / "index"
+        real = Path(git_dir) / "index"
+        if real.exists():  # its cached file stats spare re-reading unchanged files
+            shutil.copyfile(real, scratch)
+        env = {**os.environ, "GIT_INDEX_FILE": str(scratch)}
+        # not the copy of main that gpu_check.sh's compare modes are handed (`_main/`)
+        sh([*git, "add", "-A", "--", ".", ":(exclude)_main"], timeout=60, env=env)
+        return sh([*git, "write-tree"], env=env)
 
 
 def _cuda_props() -> dict[str, Any]:
@@ -82,6 +107,7 @@ def manifest() -> dict[str, Any]:
         "dirty": bool(
             sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
         ),
+        "tree": worktree_tree() or "unknown",  # the files measured (worktree_tree says how)
         "host_cpus": os.cpu_count(),
         "python": platform.python_version(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
