@@ -77,18 +77,6 @@ class _InFlight:
     copied: Any  # cupy Event
 
 
-class _Once:
-    """A callback that runs at most once, however often it is called (None: nothing)."""
-
-    def __init__(self, fn: Callable[[], None] | None) -> None:
-        self.fn = fn
-
-    def __call__(self) -> None:
-        fn, self.fn = self.fn, None
-        if fn is not None:
-            fn()
-
-
 class CudaBackend:
     kind = "megakernel"
 
@@ -324,16 +312,14 @@ class CudaBackend:
     ) -> None:
         """One pass; `queued()` (if given) once its GPU work is queued, before the readback (or
         before the pass's graph is captured, which waits for the device: Forward.run)."""
-        once = _Once(queued)
-        q = self._queue_pass(group, queued=once)
-        once()
+        q = self._queue_pass(group, queued=queued)
         drawn = self.ws.out_tok[: q.n_sample].get().tolist() if q.n_sample else []
         self._finish(group, q.seg, q.sample_rows, drawn, q.logits, results)
 
     def _queue_pass(self, group: list[tuple[SlotStep, int, int]], follow: _Queued | None = None, queued: Callable[[], None] | None = None) -> _Queued:  # fmt: skip
         """Upload a pass's metadata and queue its work. follow: the pass before it, not read
-        back, whose drawn tokens are this one's (one row per slot; check_follow). queued: for
-        Forward.run, called before a graph capture."""
+        back, whose drawn tokens are this one's (one row per slot; check_follow). queued: called
+        once the work is queued (Forward.run: before a graph capture)."""
         ws = self.ws
         T = sum(b - a for _, a, b in group)
         saved = ws.t_save >= T
@@ -383,6 +369,8 @@ class CudaBackend:
             self.fwd.head(lay.n_rows, lay.n_sample)
             logits = ws.logits[: lay.n_sample].get()
             self.fwd.draw(lay.n_sample)
+            if queued is not None:
+                queued()
         else:
             self.fwd.run(lay, self.use_graphs, queued)
         return _Queued(seg, sample_rows, logits)

@@ -319,29 +319,34 @@ class Forward:
     ) -> None:
         """The whole pass. A layout's runs before its CAPTURE_ON_RUN-th are direct launches; that
         run is direct and captured as a graph too, and later runs replay the graph. queued (if
-        given) is called before a capture, once the direct run is queued: the capture waits for
-        the device and then records every launch again (tens of ms), and the caller's tokens
-        need not wait for that."""
+        given) is called once the pass is queued: on the capturing run before the capture, which
+        waits for the device and then records every launch again (tens of ms), so the caller's
+        tokens need not wait for that."""
         import cupy as cp
 
         if not use_graph:
             self.step_launches(lay)
-            return
-        graph = self._graphs.get(lay)
-        stream = cp.cuda.get_current_stream()
-        if graph is not None:
-            graph.launch(stream)
-            return
-        runs = self._runs.get(lay, 0) + 1
-        self.step_launches(lay)  # direct (the first also loads every kernel)
-        if runs < CAPTURE_ON_RUN:
+        elif (graph := self._graphs.get(lay)) is not None:
+            graph.launch(cp.cuda.get_current_stream())
+        else:
+            self.step_launches(lay)  # direct (the first also loads every kernel)
+            runs = self._runs.get(lay, 0) + 1
+            if runs >= CAPTURE_ON_RUN:
+                self._runs.pop(lay, None)
+                if queued is not None:
+                    queued()
+                self._capture(lay)
+                return
             self._runs[lay] = runs
-            return
-        self._runs.pop(lay, None)
         if queued is not None:
             queued()
+
+    def _capture(self, lay: Layout) -> None:
+        """Record the layout's launches as a graph (after the device has finished its work)."""
+        import cupy as cp
+
         capture = cp.cuda.Stream(non_blocking=True)
-        stream.synchronize()
+        cp.cuda.get_current_stream().synchronize()
         with capture:
             capture.begin_capture()
             self.step_launches(lay)

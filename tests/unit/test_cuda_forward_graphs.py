@@ -90,3 +90,19 @@ def test_without_graphs_every_run_is_direct(log: list[str]) -> None:
     for _ in range(3):
         fwd.run(lay, use_graph=False)
     assert log == ["direct T=1"] * 3
+
+
+def test_queued_runs_once_per_run_and_before_a_capture(log: list[str]) -> None:
+    """The caller's hand-out (CudaBackend's `while_running`) runs once every run, right after the
+    pass is queued, and on the capturing run before the capture waits for the device."""
+    fwd, lay = _forward(log), Layout(4, 4, 4, True, True, False)
+
+    def queued() -> None:
+        log.append("queued")
+
+    for _ in range(3):
+        fwd.run(lay, queued=queued)
+    fwd.run(lay, use_graph=False, queued=queued)
+    capture = ["synchronize", "enter capture stream", "begin_capture", "direct T=4", "end_capture"]
+    first, second, third = ["direct T=4", "queued"], ["direct T=4", "queued", *capture], ["graph launch", "queued"]  # fmt: skip
+    assert log == [*first, *second, *third, *first]
