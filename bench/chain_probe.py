@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
 from bench.decode import model_matrices, read_bandwidth  # noqa: E402
-from bench.int_dot_probe import repack_codes, timed  # noqa: E402
+from bench.int_dot_probe import plane_buffers, quantize_into, repack_codes, timed  # noqa: E402
 from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -77,19 +77,12 @@ MAX_ROWS = 8  # chain_q4k_mma's n-tile
 
 def planes(module: Any, x: dict[int, Any]) -> dict[int, tuple[Any, Any, Any]]:
     """The activation rows x[K] (f32 [R][K], R <= 8) as the probe's planes: {K: (xq, xs, xst)}."""
-    import cupy as cp
-
     quant = module.get_function("quant_x2")
     out = {}
     for k, rows in x.items():
-        R = rows.shape[0]
-        xq = cp.zeros(R * k * 2 // 4, cp.uint32)
-        xs = cp.zeros((R * k // 32, 2), cp.float32)
-        xst = cp.zeros((k // 32 * 8, 2), cp.float32)
-        xs16 = cp.zeros(R * k // 16, cp.int32)
-        args = (rows, np.int32(k), np.int32(R), xq, xs, xst, xs16)
-        quant(((R * k // 32 + 7) // 8,), (256,), args)
-        out[k] = (xq, xs, xst)
+        bufs = plane_buffers(rows.shape[0], k)
+        quantize_into(quant, rows, bufs)
+        out[k] = bufs[:3]
     return out
 
 

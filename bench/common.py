@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,9 +52,6 @@ def worktree_tree(root: Path = ROOT) -> str:
     session's working tree; this id equals `git rev-parse C^{tree}` for the commit C whose
     files those were (`git log --format='%h %T' | grep TREE` finds it). Built in a copy of the
     index, so the checkout's own index is left as it was."""
-    import shutil
-    import tempfile
-
     git = ["git", "-C", str(root)]
     git_dir = sh([*git, "rev-parse", "--absolute-git-dir"])
     if not git_dir:

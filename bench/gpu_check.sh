@@ -8,7 +8,7 @@
 #                                    whole GPU suite (4-7 min) and bench/decode.py --step
 #   pdl                              programmatic dependent launch: the backend tests that compare
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
-#   turns                            gpu-pending: product and backend tests, then steps with
+#   turns                            product and backend tests, then steps with
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
@@ -108,7 +108,7 @@ if [ "$MODE" = compare-suite ]; then  # then the whole GPU suite (~9.5 min in al
   gpu_pytest "${PYTEST_S:-330}" pytest.log tests/gpu -rf | tail -6
   cat "$OJ_FIGURES"
 fi
-if [ "$MODE" = turns ]; then  # the branch's product and backend tests, then turns on/off as whole steps (~8 min)
+if [ "$MODE" = turns ]; then  # product and backend tests, then turns on/off as whole steps (~8 min)
   gpu_pytest "${PYTEST_S:-300}" pytest.log tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -rf | tail -6
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"

@@ -61,13 +61,30 @@ def repack_codes(w: weights.GpuWeight) -> weights.GpuWeight:
     return replace(w, planes=(cp.ascontiguousarray(units).reshape(-1),))
 
 
+def plane_buffers(rows: int, k: int) -> tuple[Any, Any, Any, Any]:
+    """quant_x2's outputs for up to rows x k activations: the planes xq, the per-block (slo, xsum)
+    xs, the same with rows side by side xst (the mma kernels' layout), the per-16 sums xs16."""
+    import cupy as cp
+
+    return (
+        cp.zeros(rows * k * 2 // 4, cp.uint32),
+        cp.zeros((rows * k // 32, 2), cp.float32),
+        cp.zeros((k // 32 * 8, 2), cp.float32),
+        cp.zeros(rows * k // 16, cp.int32),
+    )
+
+
+def quantize_into(quant: Any, x: Any, planes: tuple[Any, Any, Any, Any]) -> None:
+    """x (f32 [R][K]) as int8 planes into plane_buffers' arrays, through kernel quant_x2."""
+    R, K = x.shape
+    quant((((R * K // 32) + 7) // 8,), (256,), (x, np.int32(K), np.int32(R), *planes))
+
+
 class Probe:
     """The probe's kernels (the activation quantizer, dp4a, int8 mma) with their scratch
     planes for up to max_rows x max_k."""
 
     def __init__(self, max_rows: int, max_k: int) -> None:
-        import cupy as cp
-
         mod = probe_module()
         self.quant = launch.kernel(mod, "quant_x2")
         self.dots = {r: launch.kernel(mod, f"q4k_seg_{r}") for r in SEG_ROWS}
@@ -76,10 +93,7 @@ class Probe:
         self.seg_canon = launch.kernel(mod, "q4k_seg_canon")
         self.q6 = launch.kernel(mod, "q6k_seg")
         self._repacked: dict[str, weights.GpuWeight] = {}
-        self.xq = cp.zeros(max_rows * max_k * 2 // 4, cp.uint32)
-        self.xs = cp.zeros((max_rows * max_k // 32, 2), cp.float32)
-        self.xst = cp.zeros((max_k // 32 * 8, 2), cp.float32)
-        self.xs16 = cp.zeros(max_rows * max_k // 16, cp.int32)
+        self.xq, self.xs, self.xst, self.xs16 = plane_buffers(max_rows, max_k)
 
     def repacked(self, w: weights.GpuWeight) -> weights.GpuWeight:
         """repack_codes(w), made once per weight."""
@@ -88,10 +102,7 @@ class Probe:
         return self._repacked[w.name]
 
     def quantize(self, x: Any) -> None:
-        R, K = x.shape
-        blocks = R * K // 32
-        args = (x, np.int32(K), np.int32(R), self.xq, self.xs, self.xst, self.xs16)
-        self.quant(((blocks + 7) // 8,), (256,), args)
+        quantize_into(self.quant, x, (self.xq, self.xs, self.xst, self.xs16))
 
     def product(self, w: weights.GpuWeight, R: int, y: Any, kind: str = "seg") -> None:
         tiles = -(-w.rows // 16)
