@@ -16,7 +16,8 @@
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (untracked, made
-#                                    here: git archive main ... | tar -x -C _main): steps, prefill
+#                                    here: git archive main ... | tar -x -C _main): steps, prefill;
+#                                    KEYS=a,b: this tree also under the row variants setting them
 #   compare-suite                    the same, then the whole GPU suite
 #   matmul                           the weight pass and whole steps under bench/decode.py's
 #                                    ROW_VARIANTS (weight-product tilings and load policies)
@@ -100,8 +101,9 @@ if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   # none` keeps ROW_VARIANTS to the default alone
   for tree in _main .; do
     name=$([ "$tree" = . ] && echo matmul_steps || echo main_steps)
+    keys=$([ "$tree" = . ] && echo "${KEYS:-none}" || echo none)
     (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${STEPS_S:-120}" python3 bench/decode.py --step --matmul-steps \
-      --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
+      --keys "$keys" --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
   done
 fi
 if [ "$MODE" = compare-suite ]; then  # then the whole GPU suite (~9.5 min in all)
