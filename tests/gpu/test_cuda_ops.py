@@ -114,7 +114,8 @@ def test_swiglu_of_interleaved_gate_up_is_swiglu_of_the_halves() -> None:
     ops.swiglu(cp.concatenate([gate, up], axis=1), h0, hh0)
     ops.swiglu(cp.ascontiguousarray(mixed), h1, hh1, interleaved=True)
     assert bool(cp.isfinite(h0).all())
-    assert cp.array_equal(h1, h0) and cp.array_equal(hh1[:5], hh0[:5])
+    assert cp.array_equal(h1, h0)
+    assert cp.array_equal(hh1, hh0, equal_nan=True)  # the group's 3 pad rows unwritten in both
 
 
 @pytest.mark.parametrize("n_src", [3, 19])
