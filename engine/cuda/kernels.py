@@ -73,22 +73,100 @@ def unpack_activations(xh: Any, n_rows: int) -> Any:
     return cp.ascontiguousarray(quads.transpose(0, 2, 1, 3)).reshape(rows, K)
 
 
+# the row kernels' epilogues (matmul.cu MM_STORE, MM_ADD, MM_SWIGLU)
+_STORE, _ADD, _SWIGLU = 0, 1, 2
+
+
 def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = None) -> None:
     """y[r][:N] (+)= W x[r][:K].  x: f32 [R][ldx >= K], y: f32 [R][ldy >= N]. xh (optional):
     the same rows packed as f16 (`pack_activations`), read instead of x by every kernel but
     the exact f32 one (same results: x is rounded to f16 the same way either way)."""
     R = x.shape[0]
-    _check(x.dtype == np.float32 and y.dtype == np.float32, "matmul wants f32 activations")
+    _check(y.dtype == np.float32, "matmul wants f32 activations")
     _check(
-        x.shape[1] >= w.cols and y.shape[1] >= w.rows and y.shape[0] >= R,
-        f"matmul {w.name}: bad shapes {x.shape} {y.shape}",
+        y.shape[1] >= w.rows and y.shape[0] >= R, f"matmul {w.name}: bad shapes {x.shape} {y.shape}"
     )
+    _product(w, x, xh, (y, _i32(y.strides[0] // 4)), _ADD if accumulate else _STORE)
+
+
+def matmul_swiglu(w: GpuWeight, x: Any, xh: Any, hh: Any) -> None:
+    """hh = h packed for the products (`pack_activations` of f16 [R][F]), h = silu(gate) * up of
+    the gate|up weight w (2F rows alternating in groups of 8: weights.interleave_halves) times
+    x: the product and Ops.swiglu in one launch, with their bits. x, xh: as `matmul`; only
+    products on the row kernels (fewer than gemm_min_rows rows) of quantized or f16 weights."""
+    R, F = x.shape[0], w.rows // 2
+    _check(w.ggml_type != F32 and w.rows % 16 == 0, f"matmul_swiglu {w.name}: not a gate|up weight")
+    _check(not build.MATMUL_CONFIG.tiled(R), f"matmul_swiglu: {R} rows run the tiled kernel")
+    out = _packed(hh, R, F, "matmul_swiglu")
+    _check(out[1] == F, "matmul_swiglu: hh must be contiguous")
+    _product(w, x, xh, out, _SWIGLU)
+
+
+def pairs(w_a: GpuWeight, w_b: GpuWeight, n_rows: int) -> bool:
+    """Whether matmul_pair runs these two weights at n_rows rows in one launch."""
+    cfg = build.MATMUL_CONFIG
+    types = tuple(sorted((w_a.ggml_type, w_b.ggml_type)))
+    return (
+        cfg.pair_products
+        and types in build.PAIRED_TYPES
+        and w_a.cols == w_b.cols
+        and not cfg.tiled(n_rows)
+    )
+
+
+def matmul_pair(
+    parts: tuple[tuple[GpuWeight, int], tuple[GpuWeight, int]], x: Any, xh: Any, y: Any
+) -> None:
+    """y[r][o:o + N] = W x[r] for both (W, o) of `parts`, two weights of different formats
+    (`pairs` says which) on the same activations, in one launch. x: f32 [R][ldx >= K], xh its
+    packed rows (`pack_activations`: required), y: f32 [R][ldy]."""
+    (w_a, o_a), (w_b, o_b) = sorted(parts, key=lambda p: p[0].ggml_type)
+    R = x.shape[0]
+    _check(pairs(w_a, w_b, R), f"matmul_pair: no pair kernel for {w_a.name}, {w_b.name}")
+    _check(xh is not None, "matmul_pair: packed activations required")
+    _check(x.dtype == np.float32 and y.dtype == np.float32, "matmul wants f32 activations")
+    _check(x.shape[1] >= w_a.cols, f"matmul_pair: bad input shape {x.shape}")
+    _check(
+        y.shape[0] >= R
+        and y.shape[1] >= max(o_a + w_a.rows, o_b + w_b.rows)
+        and min(o_a, o_b) >= 0,
+        f"matmul_pair: output {y.shape} cannot hold columns {o_a}+{w_a.rows}, {o_b}+{w_b.rows}",
+    )
+    packed = _packed(xh, R, w_a.cols, "matmul_pair")
+    if R == 0:
+        return
+    types = (w_a.ggml_type, w_b.ggml_type)
+    tile = build.MATMUL_CONFIG.pair_tile(types, R, w_a.rows + w_b.rows, _sm_count())
+    fn = launch.kernel(build.matmul_module(build.MATMUL_CONFIG), tile.name)
+    tiles = -(-w_a.rows // tile.rows_per_cta) + -(-w_b.rows // tile.rows_per_cta)
+    args = (
+        *w_a.pointers(),
+        _i32(w_a.rows),
+        *w_b.pointers(),
+        _i32(w_b.rows),
+        _i32(w_a.cols),
+        *packed,
+        y,
+        _i32(y.strides[0] // 4),
+        _i32(o_a),
+        _i32(o_b),
+        _i32(R),
+        _i32(_STORE),
+    )
+    fn((-(-R // tile.rows_per_group), tiles), (tile.threads,), args)
+
+
+def _product(w: GpuWeight, x: Any, xh: Any, out: tuple[Any, Any], mode: int) -> None:
+    """Launch W x into `out` (the output and its row stride in elements) with epilogue mode."""
+    R = x.shape[0]
+    _check(x.dtype == np.float32, "matmul wants f32 activations")
+    _check(x.shape[1] >= w.cols, f"matmul {w.name}: bad input shape {x.shape}")
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
     packed = _packed(xh, R, w.cols, f"matmul {w.name}")
     if R == 0:
         return
     shape = (_i32(w.rows), _i32(w.cols))
-    io = (x, _i32(x.strides[0] // 4), y, _i32(y.strides[0] // 4), _i32(R), _i32(int(accumulate)))
+    io = (x, _i32(x.strides[0] // 4), *out, _i32(R), _i32(mode))
     if w.ggml_type == F32:
         fn = launch.kernel(build.matmul_module(build.MATMUL_CONFIG), "mm_f32_exact")
         grid = ((w.rows + 3) // 4, (R + 7) // 8)
@@ -176,18 +254,21 @@ class Ops:
         threads = RMSNORM_THREADS
         self._fn("rmsnorm_rows")((x.shape[0],), (threads,), (*rows, _i32(n), np.float32(eps)))
 
-    def swiglu(self, gu: Any, h: Any, hh: Any = None) -> None:
-        """h = silu(gu[:, :F]) * gu[:, F:].  gu: f32 [T][2F], h: f32 [T][F] (contiguous); hh
-        (optional): h packed for the products (f16 [T][F], contiguous)."""
+    def swiglu(self, gu: Any, h: Any, hh: Any = None, interleaved: bool = False) -> None:
+        """h = silu(gate) * up.  gu: f32 [T][2F], gate | up, or with `interleaved` their columns
+        alternating in groups of 8 (what a gate|up weight so laid out gives:
+        weights.interleave_halves); h: f32 [T][F] (contiguous); hh (optional): h packed for the
+        products (f16 [T][F], contiguous)."""
         T, F = h.shape
         _check(F % 4 == 0 and h.flags.c_contiguous, "swiglu: h must be contiguous, F % 4 == 0")
+        _check(not interleaved or F % 8 == 0, "swiglu: interleaved gate|up needs F % 8 == 0")
         _check(gu.shape == (T, 2 * F) and gu.flags.c_contiguous, "swiglu: gu must be [T][2F]")
         hp = _packed(hh, T, F, "swiglu")
         _check(hh is None or hp[1] == F, "swiglu: hh must be contiguous")
         self._fn("swiglu_rows")(
             (min(4096, (T * F // 4 + 255) // 256),),
             (256,),
-            (gu, h, hp[0], _i32(packed_group(T)), _i32(F), _i32(T)),
+            (gu, h, hp[0], _i32(packed_group(T)), _i32(F), _i32(T), _i32(int(interleaved))),
         )
 
     def gather(self, src: Any, idx: Any, dst: Any) -> None:

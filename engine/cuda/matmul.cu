@@ -18,7 +18,8 @@
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
-//   Y: f32 [R][ldy]  (row-major); accumulate != 0 adds to Y (residual connections)
+//   Y: f32 [R][ldy]  (row-major); accumulate: MM_STORE, MM_ADD (adds to Y: residual connections)
+//      or, for the row kernels, MM_SWIGLU (below)
 #include "quant.cuh"
 
 #ifndef MM_NW
@@ -93,11 +94,25 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
     }
 }
 
+// The epilogue a row product runs (its `accumulate` argument): store, add to Y (residual
+// connections), or finish SwiGLU. MM_SWIGLU is for a gate|up weight whose rows alternate
+// between gate and up in groups of 8 (weights.interleave_halves): an m-tile's accumulators i
+// and i + 2 then hold gate and up of the same feature and activation row, so the product
+// writes h = silu(g) * u itself, only packed (`pack_b`'s f16 into Y read as the packed buffer
+// of ldy halves per row, rows grouped as `packed_at` says for a pass of R rows), and the
+// swiglu kernel and its dependent launch go (bench/NOTES.md v26). g and u are summed exactly
+// as the stores sum them and h is swiglu_rows's expression: the same bits as the product
+// followed by swiglu_rows.
+#define MM_STORE 0
+#define MM_ADD 1
+#define MM_SWIGLU 2
+
 // Sum the warps' partial tiles in warp order (red: smem of MM_NW * MT*NT*4 * 32 floats) and
-// store (or add) each output element.
+// finish each output element as `mode` says (rbase: the first activation row of this CTA's
+// row group, R the pass's rows).
 template <int MT, int NT>
 OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, float* __restrict__ Y,
-                         int ldy, int row0, int nrows, int accumulate) {
+                         int ldy, int row0, int rbase, int nrows, int R, int mode) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr int J = MT * NT * 4;
 #pragma unroll
@@ -107,31 +122,52 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
 #pragma unroll
             for (int i = 0; i < 4; ++i) red[(warp * J + (m * NT + n) * 4 + i) * 32 + lane] = acc[m][n][i];
     __syncthreads();
-    for (int idx = threadIdx.x; idx < J * 32; idx += blockDim.x) {
-        const int j = idx >> 5, ln = idx & 31;
+    auto warp_order_sum = [&](int j, int ln) {
         float s = 0.0f;
 #pragma unroll
         for (int w = 0; w < MM_NW; ++w) s += red[(w * J + j) * 32 + ln];
+        return s;
+    };
+    if (mode == MM_SWIGLU) {
+        u16* hh = (u16*)Y;
+        const int lg = R <= 1 ? 0 : R <= 4 ? 2 : 3;  // kernels.packed_group(R)
+        for (int idx = threadIdx.x; idx < J / 2 * 32; idx += blockDim.x) {
+            const int p = idx >> 5, ln = idx & 31;
+            const int j = (p >> 1) * 4 + (p & 1);  // accumulator i = 0 or 1: the gate's
+            const int m = j / (NT * 4), n = (j / 4) % NT;
+            const int r = 8 * n + 2 * (ln & 3) + (p & 1);  // activation row
+            if (row0 + 16 * m < n_out && r < nrows) {
+                const float g = warp_order_sum(j, ln), u = warp_order_sum(j + 2, ln);
+                const int f = (row0 + 16 * m) / 2 + (ln >> 2);  // the feature of h
+                const int slot = ((f & 1) << 1) | ((f >> 1) & 1);  // pack_b's x0 x2 x1 x3
+                hh[packed_at(rbase + r, f & ~3, ldy, lg) + slot] = f2h(silu_f(g) * u);
+            }
+        }
+        return;
+    }
+    for (int idx = threadIdx.x; idx < J * 32; idx += blockDim.x) {
+        const int j = idx >> 5, ln = idx & 31;
+        const float s = warp_order_sum(j, ln);
         const int m = j / (NT * 4), n = (j / 4) % NT, i = j & 3;
         const int out_row = row0 + 16 * m + (ln >> 2) + 8 * (i >> 1);  // weight row = feature
         const int r = 8 * n + 2 * (ln & 3) + (i & 1);                     // activation row
         if (out_row < n_out && r < nrows) {
-            float* y = Y + (size_t)r * ldy + out_row;
-            *y = accumulate ? *y + s : s;
+            float* y = Y + (size_t)(rbase + r) * ldy + out_row;
+            *y = mode == MM_ADD ? *y + s : s;
         }
     }
 }
 
+// tile: this CTA's group of 16 * MT weight rows (grid y, or its place in a pair: below);
+// red: the cross-warp sum's shared memory, MM_NW * MT*NT*4 * 32 floats
 template <class Frag, int MT, int NT, int XL, int DEPTH>
-OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float* __restrict__ Y,
-                      int ldy, int R, int accumulate) {
-    __shared__ float red[MM_NW][MT * NT * 4][32];  // the cross-warp sum
+OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restrict__ X, int ldx,
+                      float* __restrict__ Y, int ldy, int R, int accumulate) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.y * 16 * MT;
+    const int row0 = tile * 16 * MT;
     const int rbase = blockIdx.x * 8 * NT;
     const int nrows = min(8 * NT, R - rbase);
     X = (const char*)X + (size_t)rbase * ldx * (XL >= 0 ? 2 : 4);
-    Y += (size_t)rbase * ldy;
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -200,7 +236,7 @@ OJ_DEV void wmat_rows(const WDesc W, const void* __restrict__ X, int ldx, float*
         }
     }
 
-    reduce_store<MT, NT>(&red[0][0][0], acc, W.rows, Y, ldy, row0, nrows, accumulate);
+    reduce_store<MT, NT>(red, acc, W.rows, Y, ldy, row0, rbase, nrows, R, accumulate);
 }
 
 // F32 weights (the tiny DeltaNet beta/alpha projections of every mix, and whole f32 models):
@@ -245,8 +281,33 @@ extern "C" __global__ void __launch_bounds__(128)
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
+        __shared__ float red[MM_NW * MT * NT * 4 * 32];                                           \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_rows<FRAG, MT, NT, XL, DEPTH>(W, X, ldx, Y, ldy, R, accumulate);                     \
+        wmat_rows<FRAG, MT, NT, XL, DEPTH>(red, W, blockIdx.y, X, ldx, Y, ldy, R, accumulate);    \
+    }
+
+// Two weights of different formats on the same activations (a mixer's input projections whose
+// types differ: the 27B Q4_K_M's Q6_K qkv beside its Q4_K gate|beta|alpha, its Q4_K q|k beside
+// its Q6_K v) in ONE launch: the first weight's tiles on grid rows y below its tile count, the
+// second's after them, each product into its own columns of Y (ya, yb: column offsets). A CTA
+// runs its own weight's code, so the results are two launches' bits, with one dependent launch
+// (and one partial last wave) fewer per mixer (bench/NOTES.md v26). Packed activations only:
+// the mixers' inputs come from rmsnorm.
+#define OJ_MM_PAIR_KERNEL(NAME, FA, FB, MT, NT, MINB, XL, DEPTH)                                  \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
+        NAME(const u8* a0, const u8* a1, const u8* a2, const u8* a3, int rows_a, const u8* b0,    \
+             const u8* b1, const u8* b2, const u8* b3, int rows_b, int cols, const void* X,       \
+             int ldx, float* Y, int ldy, int ya, int yb, int R, int accumulate) {                 \
+        __shared__ float red[MM_NW * MT * NT * 4 * 32];                                           \
+        const int tiles_a = (rows_a + 16 * MT - 1) / (16 * MT);                                   \
+        if ((int)blockIdx.y < tiles_a) {                                                          \
+            const WDesc W = {a0, a1, a2, a3, rows_a, cols};                                       \
+            wmat_rows<FA, MT, NT, XL, DEPTH>(red, W, blockIdx.y, X, ldx, Y + ya, ldy, R, accumulate); \
+        } else {                                                                                  \
+            const WDesc W = {b0, b1, b2, b3, rows_b, cols};                                       \
+            wmat_rows<FB, MT, NT, XL, DEPTH>(red, W, blockIdx.y - tiles_a, X, ldx, Y + yb, ldy, R, \
+                                             accumulate);                                         \
+        }                                                                                         \
     }
 
 // Tilings chosen by bench/decode.py's sweep on an H200 (bench/NOTES.md): one 16-row tile per warp
@@ -285,6 +346,25 @@ OJ_MM_ALL_NT(q5_k, FragQ5K)
 OJ_MM_ALL_NT(q6_k, FragQ6K)
 OJ_MM_ALL_NT(q8_0, FragQ8_0)
 OJ_MM_ALL_NT(f16, FragF16)
+
+// mmp_ / mmp1_ / mmp4_<a>_<b>_<NT>: the pairs, on packed activations in groups of 8 / 1 / 4 as
+// mmh_ / mmh1_ / mmh4_, with the same tilings; for the pairs of formats of the K-quant mixes
+// (build.PAIRED_TYPES: first the lower ggml type). Other pairs run as two launches.
+#define OJ_MM_PAIR_ONE(PREFIX, FA, FB, XL)                                \
+    OJ_MM_PAIR_KERNEL(PREFIX##_1, FA, FB, MM_MT1, 1, MM_MINB1, XL, 1)     \
+    OJ_MM_PAIR_KERNEL(PREFIX##_1d, FA, FB, MM_MT1, 1, MM_MINB1D, XL, 2)
+#define OJ_MM_PAIRS(A, B, FA, FB)                                         \
+    OJ_MM_PAIR_ONE(mmp_##A##_##B, FA, FB, 3)                              \
+    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_2, FA, FB, MM_MT, 2, MM_MINB, 3, 1)  \
+    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_2f, FA, FB, MM_MTF, 2, MM_MINBF, 3, 1) \
+    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_3, FA, FB, MM_MT, 3, MM_MINB, 3, 1)  \
+    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_4, FA, FB, MM_MT, 4, MM_MINB, 3, 1)  \
+    OJ_MM_PAIR_ONE(mmp1_##A##_##B, FA, FB, 0)                             \
+    OJ_MM_PAIR_ONE(mmp4_##A##_##B, FA, FB, 2)
+
+OJ_MM_PAIRS(q4_k, q5_k, FragQ4K, FragQ5K)
+OJ_MM_PAIRS(q4_k, q6_k, FragQ4K, FragQ6K)
+OJ_MM_PAIRS(q5_k, q6_k, FragQ5K, FragQ6K)
 
 // Many rows (prefill): a tiled product. A CTA of GM warps owns 16*GM weight rows (GM m-tiles)
 // x 64 activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into

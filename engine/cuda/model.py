@@ -90,6 +90,9 @@ class Layer:
     mixer_out: GpuWeight  # ssm_out / attn_output
     ffn_in: list[Proj]  # gate|up
     ffn_down: GpuWeight
+    # ffn_in is one weight whose gate and up rows alternate in groups of 8
+    # (weights.interleave_halves): its products can finish SwiGLU (kernels.matmul_swiglu)
+    ffn_interleaved: bool = False
     conv_w: Any = None  # f32 [C][4] (DeltaNet)
     q_norm: Any = None  # f32 [D] (attention)
     k_norm: Any = None
@@ -144,9 +147,12 @@ Fetch = Callable[[str], tuple[int, int, int, Any]]
 
 def _fused(fetch: Fetch, names: list[str]) -> list[Proj]:
     """Consecutive tensors of one type and row length become one GpuWeight (rows concatenated)."""
+    return _fuse(names, [fetch(n) for n in names])
+
+
+def _fuse(names: list[str], parts: list[tuple[int, int, int, Any]]) -> list[Proj]:
     import cupy as cp
 
-    parts = [fetch(n) for n in names]
     out: list[Proj] = []
     offset, i = 0, 0
     while i < len(parts):
@@ -162,6 +168,31 @@ def _fused(fetch: Fetch, names: list[str]) -> list[Proj]:
         offset += rows
         i = j
     return out
+
+
+def _gate_up(fetch: Fetch, b: str) -> tuple[list[Proj], bool]:
+    """The FFN's gate and up as one weight with their rows alternating in groups of 8
+    (weights.interleave_halves), so its products can finish SwiGLU, where they can be fused so;
+    else as `_fused` makes them. -> (the projections, interleaved)."""
+    import cupy as cp
+
+    names = [b + "ffn_gate.weight", b + "ffn_up.weight"]
+    parts = [fetch(n) for n in names]
+    if not _interleavable(parts):
+        return _fuse(names, parts), False
+    gtype, rows, cols = parts[0][0], 2 * parts[0][1], parts[0][2]
+    raw = cp.concatenate([cp.asarray(p[3]).reshape(-1) for p in parts])
+    raw = weights.interleave_halves(raw, gtype, rows, cols)
+    return [Proj(weights.from_device_bytes("+".join(names), raw, gtype, rows, cols), 0)], True
+
+
+def _interleavable(parts: list[tuple[int, int, int, Any]]) -> bool:
+    """Two tensors of one shape and one type that the mma products read (not f32 / bf16), rows
+    a multiple of the interleaving group."""
+    if len(parts) != 2 or parts[0][:3] != parts[1][:3]:
+        return False
+    gtype, rows = parts[0][0], parts[0][1]
+    return gtype not in (weights.F32, weights.BF16) and rows % weights.GATE_UP_GROUP == 0
 
 
 def _vector(fetch_vec: Callable[[str], np.ndarray], name: str) -> Any:
@@ -187,11 +218,13 @@ def _attention_layer(
 
 def _common(fetch: Fetch, fetch_vec: Callable[[str], np.ndarray], b: str) -> dict[str, Any]:
     """What every block has: its two norms and the FFN."""
+    ffn_in, interleaved = _gate_up(fetch, b)
     return dict(
         attn_norm=_vector(fetch_vec, b + "attn_norm.weight"),
         post_norm=_vector(fetch_vec, b + "post_attention_norm.weight"),
-        ffn_in=_fused(fetch, [b + "ffn_gate.weight", b + "ffn_up.weight"]),
+        ffn_in=ffn_in,
         ffn_down=_fused(fetch, [b + "ffn_down.weight"])[0].weight,
+        ffn_interleaved=interleaved,
     )
 
 

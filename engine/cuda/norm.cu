@@ -39,19 +39,23 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_rows(const float* x, 
                 blockIdx.x, n, eps, scratch);
 }
 
-// h[t][i] = silu(gu[t][i]) * gu[t][F + i]   (gate in the first F columns, up in the next F)
+// h[t][i] = silu(g) * u, gate g and up u of feature i: gu[t][i] and gu[t][F + i], or with `il`
+// (a gate|up weight whose rows alternate in groups of 8: weights.interleave_halves)
+// gu[t][16 (i / 8) + i % 8] and the element 8 after it
 //   gu: f32 [T][2F], h: f32 [T][F], hh (may be null): h packed for the products (`pack_b`,
-//   f16, F halves per row, rows in groups of 2^lg as `packed_at` says); F % 4 == 0, four
-//   elements per thread
-extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int lg, int F, int T) {
+//   f16, F halves per row, rows in groups of 2^lg as `packed_at` says); F % 4 == 0 (F % 8
+//   with il), four elements per thread
+extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int lg, int F, int T, int il) {
     oj_grid_dep_early();
     const int F4 = F >> 2;
     const size_t n = (size_t)T * F4;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (size_t)gridDim.x * blockDim.x) {
         const size_t t = idx / F4, i = idx % F4;
-        const float4 g = ((const float4*)(gu + t * 2 * F))[i];
-        const float4 u = ((const float4*)(gu + t * 2 * F + F))[i];
+        const float* row = gu + t * 2 * F;
+        const size_t gate = il ? 16 * (i >> 1) + 4 * (i & 1) : 4 * i;  // four features 4i..
+        const float4 g = *(const float4*)(row + gate);
+        const float4 u = *(const float4*)(row + gate + (il ? 8 : F));
         const float4 r = make_float4(silu_f(g.x) * u.x, silu_f(g.y) * u.y, silu_f(g.z) * u.z,
                                      silu_f(g.w) * u.w);
         ((float4*)h)[idx] = r;

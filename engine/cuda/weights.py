@@ -120,6 +120,22 @@ def tile_major(raw: Any, ggml_type: int, rows: int, cols: int) -> Any:
     return xp.ascontiguousarray(tiles).reshape(-1)
 
 
+# gate|up rows alternate in groups of this many (interleave_halves): matmul.cu's MM_SWIGLU
+# epilogue finds a feature's gate and up in one m-tile's accumulators 8 rows apart
+GATE_UP_GROUP = 8
+
+
+def interleave_halves(raw: Any, ggml_type: int, rows: int, cols: int, group: int = GATE_UP_GROUP) -> Any:  # fmt: skip
+    """The row-major GGUF bytes of two stacked halves [A; B] of rows / 2 rows each, with the
+    halves' rows alternating in groups: A[0:g], B[0:g], A[g:2g], B[g:2g], ... Works on numpy
+    and cupy arrays alike."""
+    xp = _array_module(raw)
+    if rows % (2 * group):
+        raise WeightFormatError(f"{rows} rows do not split into two halves of groups of {group}")
+    halves = raw.reshape(2, rows // (2 * group), group, tensor_bytes(ggml_type, 1, cols))
+    return xp.ascontiguousarray(halves.transpose(1, 0, 2, 3)).reshape(-1)
+
+
 def _array_module(a: Any) -> Any:
     if isinstance(a, np.ndarray):
         return np

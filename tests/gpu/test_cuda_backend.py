@@ -394,3 +394,35 @@ def test_overlapped_launches_give_the_same_bits(models: dict[str, Path]) -> None
     (plain_logits, plain_tokens), (pdl_logits, pdl_tokens) = runs
     np.testing.assert_array_equal(pdl_logits, plain_logits)
     assert pdl_tokens == plain_tokens
+
+
+def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
+    """Decode passes and prompt chunks on the row kernels finish SwiGLU in the gate|up product
+    (kernels.matmul_swiglu) and run a mixer's two input products of different types in one
+    launch (kernels.matmul_pair); chunks on the tiled kernel, and every pass with
+    MatmulConfig.swiglu_epilogue or pair_products off, launch them apart. Logits and greedy
+    tokens are the same bit for bit every way, and a prompt's tokens do not depend on which
+    way its chunks took."""
+    from engine.cuda import build
+
+    gguf = open_gguf(models["q4_k_m"])
+    prompt = _prompt(77, 300, gguf.config.n_vocab)
+    saved, runs = build.MATMUL_CONFIG, []
+    try:
+        for fields in ({}, {"swiglu_epilogue": False}, {"pair_products": False}):
+            build.MATMUL_CONFIG = replace(saved, **fields)
+            backend = CudaBackend(from_gguf(gguf), n_slots=2, kv_tokens=4096, max_rows=512)
+            layers = backend.fwd.m.layers
+            assert all(layer.ffn_interleaved for layer in layers)
+            assert any(len(layer.mixer_in) == 2 for layer in layers)  # Q6_K and Q4_K: a pair
+            logits = _prefill_logits(backend, 0, prompt[:20])  # 20 rows: the row kernels
+            whole = _greedy(backend, {0: prompt, 1: prompt[:50]}, 12)  # 350 rows: tiled
+            chunked = _greedy(backend, {0: prompt}, 12, chunk=9)[0]
+            runs.append((logits, whole, chunked))
+    finally:
+        build.MATMUL_CONFIG = saved
+    logits, whole, chunked = runs[0]
+    assert chunked == whole[0]
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other[0], logits)
+        assert other[1] == whole and other[2] == chunked

@@ -186,6 +186,126 @@ def _assert_same_bits_under(configs: list[build.MatmulConfig], w: Any, x: Any) -
         assert cp.array_equal(y, out[0])
 
 
+@pytest.mark.parametrize(
+    "ggml_type", [weights.Q4_K, weights.Q5_K, weights.Q6_K, weights.Q8_0, weights.F16]
+)
+@pytest.mark.parametrize("n_rows", [1, 3, 4, 7, 12, 20, 40])
+def test_gate_up_product_finishing_swiglu_gives_product_then_swiglu_bits(
+    ggml_type: int, n_rows: int
+) -> None:
+    """kernels.matmul_swiglu on a gate|up weight with rows alternating in groups of 8 writes
+    exactly the packed h that the product followed by Ops.swiglu(interleaved) writes, under
+    every row tiling (1-4 n-tiles, the `_1d`/`_2f` variants, two row groups at 40 rows), from
+    f32 and packed activations; and h is silu(gate) * up of the halves (numpy, f16 operands)."""
+    import cupy as cp
+
+    from engine.cuda.kernels import Ops
+    from tests.gpu.test_cuda_ops import SMALL  # the ops module its tests build
+
+    rng = np.random.default_rng(300 + 10 * ggml_type + n_rows)
+    F, K = 48, 768
+    raw = weights.random_block_bytes(ggml_type, 2 * F, K, int(rng.integers(1 << 30)), xp=np)
+    dense = quants.dequantize(raw, ggml_type, (2 * F, K)).astype(np.float64)
+    mixed = weights.interleave_halves(raw, ggml_type, 2 * F, K)
+    w = weights.upload("gate+up", mixed, ggml_type, 2 * F, K)
+    x = cp.asarray(rng.standard_normal((n_rows, K)).astype(np.float32))
+    xh = kernels.pack_activations(x)
+    ops = Ops(SMALL)
+    rows = kernels.packed_rows(n_rows)
+
+    gu = cp.full((n_rows, 2 * F), np.nan, dtype=cp.float32)
+    kernels.matmul(w, x, gu, xh=xh)
+    h = cp.full((n_rows, F), np.nan, dtype=cp.float32)
+    want = cp.full((rows, F), np.nan, dtype=cp.float16)
+    ops.swiglu(gu, h, want, interleaved=True)
+    saved = build.MATMUL_CONFIG
+    try:
+        configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
+        configs.append(build.MatmulConfig(few_rows=0))
+        for cfg in configs:
+            build.MATMUL_CONFIG = cfg
+            for packed in (None, xh):
+                got = cp.full((rows, F), np.nan, dtype=cp.float16)
+                kernels.matmul_swiglu(w, x, packed, got)
+                assert cp.array_equal(
+                    kernels.unpack_activations(got, n_rows)[:n_rows],
+                    kernels.unpack_activations(want, n_rows)[:n_rows],
+                ), (cfg, packed is None)
+    finally:
+        build.MATMUL_CONFIG = saved
+    xd = cp.asnumpy(x).astype(np.float64)
+    g, u = xd @ dense[:F].T, xd @ dense[F:].T
+    ref = g / (1 + np.exp(-g)) * u
+    assert _rel(cp.asnumpy(h).astype(np.float64), ref) < 5 * F16_OPERAND_TOL
+
+
+@pytest.mark.parametrize("types", sorted(build.PAIRED_TYPES))
+@pytest.mark.parametrize("n_rows", [1, 3, 4, 7, 12, 20, 40])
+def test_a_pair_of_products_in_one_launch_gives_two_launches_bits(
+    types: tuple[int, int], n_rows: int
+) -> None:
+    """kernels.matmul_pair: two weights of different formats (72 and 40 rows: partial tiles)
+    on the same packed activations, into their own columns of one output, in either order
+    and under every row tiling: the bits of two launches; the columns of neither untouched."""
+    import cupy as cp
+
+    rng = np.random.default_rng(500 + 10 * types[0] + n_rows)
+    w_a, _ = _weight(types[0], 72, 768, int(rng.integers(1 << 30)))
+    w_b, _ = _weight(types[1], 40, 768, int(rng.integers(1 << 30)))
+    x = cp.asarray(rng.standard_normal((n_rows, 768)).astype(np.float32))
+    xh = kernels.pack_activations(x)
+    want = cp.full((n_rows, 130), np.nan, dtype=cp.float32)  # b at 3.., a at 50..; 43-49 unused
+    kernels.matmul(w_b, x, want[:, 3:43], xh=xh)
+    kernels.matmul(w_a, x, want[:, 50:122], xh=xh)
+    saved = build.MATMUL_CONFIG
+    try:
+        configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
+        configs.append(build.MatmulConfig(few_rows=0))
+        for cfg in configs:
+            build.MATMUL_CONFIG = cfg
+            for parts in (((w_a, 50), (w_b, 3)), ((w_b, 3), (w_a, 50))):
+                assert kernels.pairs(parts[0][0], parts[1][0], n_rows)
+                got = cp.full((n_rows, 130), np.nan, dtype=cp.float32)
+                kernels.matmul_pair(parts, x, xh, got)
+                assert cp.array_equal(got, want, equal_nan=True), cfg
+    finally:
+        build.MATMUL_CONFIG = saved
+    assert bool(cp.isfinite(want[:, 3:43]).all() and cp.isfinite(want[:, 50:122]).all())
+
+
+def test_matmul_pair_refuses_what_it_cannot_launch() -> None:
+    import cupy as cp
+
+    q4, _ = _weight(weights.Q4_K, 32, 256, 5)
+    q6, _ = _weight(weights.Q6_K, 32, 256, 6)
+    q8, _ = _weight(weights.Q8_0, 32, 256, 7)
+    x = cp.zeros((200, 256), cp.float32)
+    xh = kernels.pack_activations(x)
+    y = cp.zeros((200, 64), cp.float32)
+    assert not kernels.pairs(q4, q8, 1)  # no kernel for this pair: two launches
+    assert not kernels.pairs(q4, q6, 200)  # a prompt chunk: the tiled kernel
+    with pytest.raises(kernels.LaunchError, match="no pair"):
+        kernels.matmul_pair(((q4, 0), (q8, 32)), x[:2], xh, y)
+    with pytest.raises(kernels.LaunchError, match="packed"):
+        kernels.matmul_pair(((q4, 0), (q6, 32)), x[:2], None, y)
+    with pytest.raises(kernels.LaunchError, match="columns"):
+        kernels.matmul_pair(((q4, 0), (q6, 40)), x[:2], xh, y)
+
+
+def test_matmul_swiglu_refuses_what_it_cannot_finish() -> None:
+    import cupy as cp
+
+    w, _ = _weight(weights.Q4_K, 32, 256, 5)
+    x = cp.zeros((200, 256), cp.float32)
+    with pytest.raises(kernels.LaunchError, match="tiled"):  # a prompt chunk: wmat_gemm
+        kernels.matmul_swiglu(w, x, None, cp.zeros((200, 16), cp.float16))
+    f32, _ = _weight(weights.F32, 32, 256, 5)
+    with pytest.raises(kernels.LaunchError, match="gate"):
+        kernels.matmul_swiglu(f32, x[:2], None, cp.zeros((4, 16), cp.float16))
+    with pytest.raises(kernels.LaunchError, match="packed"):
+        kernels.matmul_swiglu(w, x[:5], None, cp.zeros((5, 16), cp.float16))
+
+
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 9])
 def test_pack_activations_layout(n_rows: int) -> None:
     """Each group of four stored x0 x2 x1 x3, rounded to nearest f16; rows in groups of g = 1,

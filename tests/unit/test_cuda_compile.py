@@ -14,6 +14,7 @@ from engine.cuda.build import (
     ALL_SOURCES,
     MATMUL_CONFIG,
     MATMUL_SOURCES,
+    PAIRED_TYPES,
     TYPE_NAMES,
     KernelDims,
     MatmulConfig,
@@ -56,8 +57,8 @@ def test_inlined_module_source_has_no_local_includes() -> None:
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
-    """Every kernel name MatmulConfig.row_tile can give (formats, row counts, f32 and packed
-    activations, deep and plain, both gemm tiles) is declared in matmul.cu once its macros are
+    """Every kernel name MatmulConfig.row_tile and pair_tile can give (formats, row counts, f32
+    and packed activations, deep and plain, both gemm tiles) is declared in matmul.cu once its macros are
     expanded (nvcc -E)."""
     import re
 
@@ -89,3 +90,8 @@ def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
                     for n_out in (1024, 5120, 34816):
                         name = cfg.row_tile(gtype, rows, packed, n_out, 132).name
                         assert name in declared, (cfg, gtype, rows, packed, name)
+        for types in PAIRED_TYPES:  # the pair kernels of the row-kernel passes
+            for rows in (1, 2, 4, 5, 8, 9, 12, 13, 17, 25, 32, 127):
+                for n_out in (1024, 16480):
+                    name = cfg.pair_tile(types, rows, n_out, 132).name
+                    assert name in declared, (cfg, types, rows, name)

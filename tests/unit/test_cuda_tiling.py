@@ -4,6 +4,8 @@ otherwise, the tiled kernel for many rows, and the packed-activation names."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.cuda.build import MatmulConfig
 from engine.cuda.weights import Q4_K, Q6_K
 
@@ -79,3 +81,28 @@ def test_passes_of_few_rows_get_one_m_tile_per_warp() -> None:
     for rows, few in ((13, 12), (16, 12), (12, 0)):
         tile = MatmulConfig(few_rows=few).row_tile(Q4_K, rows, True, 34816, H200_SMS)
         assert (tile.name, tile.rows_per_cta) == ("mmh_q4_k_2", 16 * cfg.mt)
+
+
+def test_a_pair_launch_is_tiled_as_one_weight_of_both_rows() -> None:
+    """pair_tile names the kernel of two formats (lower ggml type first) with the tiling
+    row_tile gives one packed weight of both weights' rows; none for prompt chunks (the tiled
+    kernel), for formats without a pair kernel, or with pair_products off."""
+    cfg = MatmulConfig()
+    tile = cfg.pair_tile((Q4_K, Q6_K), 1, 16480, H200_SMS)
+    single = cfg.row_tile(Q4_K, 1, True, 16480, H200_SMS)
+    assert tile.name == "mmp1_q4_k_q6_k_1" and single.name == "mmh1_q4_k_1"
+    assert (tile.rows_per_group, tile.rows_per_cta) == (single.rows_per_group, single.rows_per_cta)
+    assert cfg.pair_tile((Q4_K, Q6_K), 3, 1024, H200_SMS).name == "mmp4_q4_k_q6_k_1d"
+    assert cfg.pair_tile((Q4_K, Q6_K), 12, 16480, H200_SMS).name == "mmp_q4_k_q6_k_2f"
+    assert cfg.pair_tile((Q4_K, Q6_K), 127, 16480, H200_SMS).name == "mmp_q4_k_q6_k_4"
+    for types, rows, c in (((Q4_K, Q6_K), 128, cfg), ((Q6_K, Q4_K), 1, cfg),
+                           ((Q4_K, Q6_K), 1, MatmulConfig(pair_products=False))):  # fmt: skip
+        with pytest.raises(ValueError, match="no pair kernel"):
+            c.pair_tile(types, rows, 1024, H200_SMS)
+
+
+def test_tiled_is_the_row_count_of_the_gemm_kernel() -> None:
+    cfg = MatmulConfig()
+    assert not cfg.tiled(cfg.gemm_min_rows - 1) and cfg.tiled(cfg.gemm_min_rows)
+    assert cfg.row_tile(Q4_K, cfg.gemm_min_rows, True).name.startswith("mmg")
+    assert not MatmulConfig(gemm=False).tiled(4096)

@@ -47,3 +47,26 @@ def test_rejects_more_rows_than_the_products_grid_takes() -> None:
     weights.check_shape("edge", weights.Q4_K, weights.MAX_PRODUCT_ROWS, 256)
     with pytest.raises(weights.WeightFormatError, match="llama-server"):
         weights.check_shape("huge", weights.Q4_K, weights.MAX_PRODUCT_ROWS + 1, 256)
+
+
+@pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K, weights.Q8_0, weights.F16])
+def test_gate_up_halves_alternate_in_groups_of_eight(ggml_type: int) -> None:
+    """interleave_halves: row 16i + j of the result is the gate's row 8i + j (j < 8), else the
+    up's row 8i + j - 8; the bytes of every row unchanged (matmul.cu MM_SWIGLU reads gate and
+    up of one feature 8 rows apart in a 16-row tile)."""
+    rows, cols = 48, 512  # gate and up of 24 rows each
+    raw = weights.random_block_bytes(ggml_type, rows, cols, seed=7, xp=np)
+    row_bytes = weights.tensor_bytes(ggml_type, 1, cols)
+    original = raw.reshape(rows, row_bytes)
+    out = weights.interleave_halves(raw, ggml_type, rows, cols).reshape(rows, row_bytes)
+    half = rows // 2
+    for r in range(rows):
+        group, j = divmod(r, 16)
+        want = original[8 * group + j] if j < 8 else original[half + 8 * group + j - 8]
+        np.testing.assert_array_equal(out[r], want)
+
+
+def test_interleave_refuses_halves_of_partial_groups() -> None:
+    raw = weights.random_block_bytes(weights.Q8_0, 20, 256, seed=1, xp=np)
+    with pytest.raises(weights.WeightFormatError):
+        weights.interleave_halves(raw, weights.Q8_0, 20, 256)
