@@ -86,6 +86,11 @@ seed_llama_source() {
 gpu_pytest() {
   local limit=$1 log=$2
   shift 2
+  # the product module (NVRTC, one core, minutes) built once into the kernel cache first, in
+  # both forms the tests use, instead of by every worker at once
+  python3 -c "from engine.cuda import build; build.matmul_module()" &
+  python3 -c "from engine.cuda import build; build.matmul_module(build.MatmulConfig(turns=False))" &
+  wait
   timeout "$limit" python3 -m pytest -q -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
 }
 # OpenJet's server alone through bench/parallel.py: limit (s), result file, log file, then
