@@ -7,6 +7,7 @@ must give bit for bit what the row kernel (wmat_rows) gives: same fragments, sam
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -144,6 +145,20 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
     _assert_same_bits_under(configs, w, x)
 
 
+def _row_tilings() -> Iterator[build.MatmulConfig]:
+    """The default row tiling, the deep single-n-tile kernels everywhere, single-n-tile row
+    groups and the `_2` kernels for few rows, each set as build.MATMUL_CONFIG in turn (the
+    default put back after)."""
+    saved = build.MATMUL_CONFIG
+    configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
+    try:
+        for cfg in [*configs, build.MatmulConfig(few_rows=0)]:
+            build.MATMUL_CONFIG = cfg
+            yield cfg
+    finally:
+        build.MATMUL_CONFIG = saved
+
+
 @pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K, weights.Q8_0])
 @pytest.mark.parametrize("n_rows", [9, 12, 20, 32])
 def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
@@ -218,21 +233,14 @@ def test_gate_up_product_finishing_swiglu_gives_product_then_swiglu_bits(
     h = cp.full((n_rows, F), np.nan, dtype=cp.float32)
     want = cp.full((rows, F), np.nan, dtype=cp.float16)
     ops.swiglu(gu, h, want, interleaved=True)
-    saved = build.MATMUL_CONFIG
-    try:
-        configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
-        configs.append(build.MatmulConfig(few_rows=0))
-        for cfg in configs:
-            build.MATMUL_CONFIG = cfg
-            for packed in (None, xh):
-                got = cp.full((rows, F), np.nan, dtype=cp.float16)
-                kernels.matmul_swiglu(w, x, packed, got)
-                assert cp.array_equal(
-                    kernels.unpack_activations(got, n_rows)[:n_rows],
-                    kernels.unpack_activations(want, n_rows)[:n_rows],
-                ), (cfg, packed is None)
-    finally:
-        build.MATMUL_CONFIG = saved
+    for cfg in _row_tilings():
+        for packed in (None, xh):
+            got = cp.full((rows, F), np.nan, dtype=cp.float16)
+            kernels.matmul_swiglu(w, x, packed, got)
+            assert cp.array_equal(
+                kernels.unpack_activations(got, n_rows)[:n_rows],
+                kernels.unpack_activations(want, n_rows)[:n_rows],
+            ), (cfg, packed is None)
     xd = cp.asnumpy(x).astype(np.float64)
     g, u = xd @ dense[:F].T, xd @ dense[F:].T
     ref = g / (1 + np.exp(-g)) * u
@@ -257,19 +265,12 @@ def test_a_pair_of_products_in_one_launch_gives_two_launches_bits(
     want = cp.full((n_rows, 130), np.nan, dtype=cp.float32)  # b at 3.., a at 50..; 43-49 unused
     kernels.matmul(w_b, x, want[:, 3:43], xh=xh)
     kernels.matmul(w_a, x, want[:, 50:122], xh=xh)
-    saved = build.MATMUL_CONFIG
-    try:
-        configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
-        configs.append(build.MatmulConfig(few_rows=0))
-        for cfg in configs:
-            build.MATMUL_CONFIG = cfg
-            for parts in (((w_a, 50), (w_b, 3)), ((w_b, 3), (w_a, 50))):
-                assert kernels.pairs(parts[0][0], parts[1][0], n_rows)
-                got = cp.full((n_rows, 130), np.nan, dtype=cp.float32)
-                kernels.matmul_pair(parts, x, xh, got)
-                assert cp.array_equal(got, want, equal_nan=True), cfg
-    finally:
-        build.MATMUL_CONFIG = saved
+    for cfg in _row_tilings():
+        for parts in (((w_a, 50), (w_b, 3)), ((w_b, 3), (w_a, 50))):
+            assert kernels.pairs(parts[0][0], parts[1][0], n_rows)
+            got = cp.full((n_rows, 130), np.nan, dtype=cp.float32)
+            kernels.matmul_pair(parts, x, xh, got)
+            assert cp.array_equal(got, want, equal_nan=True), cfg
     assert bool(cp.isfinite(want[:, 3:43]).all() and cp.isfinite(want[:, 50:122]).all())
 
 
