@@ -181,14 +181,12 @@ def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, 
     return out
 
 
-def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
-    """Per-op share of one step (`timed` gives its milliseconds): the step timed with one kind
-    of op left out."""
+def op_classes(backend: Any) -> dict[str, list[tuple[Any, str]]]:
+    """The step's launchers by kind of op (object, attribute), for breakdown and alone."""
     from engine.cuda import kernels
 
-    full = timed()
     ops = backend.fwd.ops
-    parts = {
+    return {
         # with the SwiGLU epilogue, the swiglu of decode passes is inside the gate|up product
         "weight products": [
             (kernels, "matmul"),
@@ -200,16 +198,40 @@ def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
         "norms+swiglu+embed": [(ops, "rmsnorm"), (ops, "swiglu"), (kernels, "embed")],
         "sampling": [(ops, "sample")],
     }
+
+
+def _timed_without(timed: Callable[[], float], fns: list[tuple[Any, str]]) -> float:
+    """`timed()` with the launchers `fns` replaced by no-ops (put back after)."""
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr in fns]
+    for obj, attr, _ in saved:
+        setattr(obj, attr, lambda *a, **k: None)
+    try:
+        return timed()
+    finally:
+        for obj, attr, fn in saved:
+            setattr(obj, attr, fn)
+
+
+def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
+    """Per-op share of one step (`timed` gives its milliseconds): the step timed with one kind
+    of op left out."""
+    full = timed()
     result = {"full step": full}
-    for name, fns in parts.items():
-        saved = [(obj, attr, getattr(obj, attr)) for obj, attr in fns]
-        for obj, attr, _ in saved:
-            setattr(obj, attr, lambda *a, **k: None)
-        try:
-            result[name] = full - timed()
-        finally:
-            for obj, attr, fn in saved:
-                setattr(obj, attr, fn)
+    for name, fns in op_classes(backend).items():
+        result[name] = full - _timed_without(timed, fns)
+    return result
+
+
+def alone(timed: Callable[[], float], backend: Any) -> dict[str, float]:
+    """Each kind of op's kernels timed as the step's graph with every other kind left out: their
+    own chain of dependent launches, against what leaving them out of the step saves
+    (`breakdown`). Where the two differ, the kind costs the step by how it meets the products
+    (their drain and refill around it), not by its own kernels."""
+    classes = op_classes(backend)
+    result = {}
+    for name in classes:
+        others = [fn for other, fns in classes.items() if other != name for fn in fns]
+        result[name] = _timed_without(timed, others)
     return result
 
 
@@ -535,6 +557,9 @@ def main() -> int:
             ("breakdown_prefill512_ms", lambda: time_rows(backend, [512], 0, 1)),
         ):
             info[key] = breakdown(timed, backend)
+            print(key, json.dumps({k: round(v, 3) for k, v in info[key].items()}), flush=True)
+            key = key.replace("breakdown", "alone")
+            info[key] = alone(timed, backend)
             print(key, json.dumps({k: round(v, 3) for k, v in info[key].items()}), flush=True)
         # one slot decoding beside another's prefill chunk of c rows: the scheduler's chunk
         # size while others decode trades their tok/s against the prompt's progress
