@@ -132,6 +132,10 @@ def matmul_pair(
         and min(o_a, o_b) >= 0,
         f"matmul_pair: output {y.shape} cannot hold columns {o_a}+{w_a.rows}, {o_b}+{w_b.rows}",
     )
+    _check(
+        o_a + w_a.rows <= o_b or o_b + w_b.rows <= o_a,
+        f"matmul_pair: columns {o_a}+{w_a.rows} and {o_b}+{w_b.rows} overlap",
+    )
     packed = _packed(xh, R, w_a.cols, "matmul_pair")
     if R == 0:
         return

@@ -274,39 +274,6 @@ def test_a_pair_of_products_in_one_launch_gives_two_launches_bits(
     assert bool(cp.isfinite(want[:, 3:43]).all() and cp.isfinite(want[:, 50:122]).all())
 
 
-def test_matmul_pair_refuses_what_it_cannot_launch() -> None:
-    import cupy as cp
-
-    q4, _ = _weight(weights.Q4_K, 32, 256, 5)
-    q6, _ = _weight(weights.Q6_K, 32, 256, 6)
-    q8, _ = _weight(weights.Q8_0, 32, 256, 7)
-    x = cp.zeros((200, 256), cp.float32)
-    xh = kernels.pack_activations(x)
-    y = cp.zeros((200, 64), cp.float32)
-    assert not kernels.pairs(q4, q8, 1)  # no kernel for this pair: two launches
-    assert not kernels.pairs(q4, q6, 200)  # a prompt chunk: the tiled kernel
-    with pytest.raises(kernels.LaunchError, match="no pair"):
-        kernels.matmul_pair(((q4, 0), (q8, 32)), x[:2], xh, y)
-    with pytest.raises(kernels.LaunchError, match="packed"):
-        kernels.matmul_pair(((q4, 0), (q6, 32)), x[:2], None, y)
-    with pytest.raises(kernels.LaunchError, match="columns"):
-        kernels.matmul_pair(((q4, 0), (q6, 40)), x[:2], xh, y)
-
-
-def test_matmul_swiglu_refuses_what_it_cannot_finish() -> None:
-    import cupy as cp
-
-    w, _ = _weight(weights.Q4_K, 32, 256, 5)
-    x = cp.zeros((200, 256), cp.float32)
-    with pytest.raises(kernels.LaunchError, match="tiled"):  # a prompt chunk: wmat_gemm
-        kernels.matmul_swiglu(w, x, None, cp.zeros((200, 16), cp.float16))
-    f32, _ = _weight(weights.F32, 32, 256, 5)
-    with pytest.raises(kernels.LaunchError, match="gate"):
-        kernels.matmul_swiglu(f32, x[:2], None, cp.zeros((4, 16), cp.float16))
-    with pytest.raises(kernels.LaunchError, match="packed"):
-        kernels.matmul_swiglu(w, x[:5], None, cp.zeros((5, 16), cp.float16))
-
-
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 9])
 def test_pack_activations_layout(n_rows: int) -> None:
     """Each group of four stored x0 x2 x1 x3, rounded to nearest f16; rows in groups of g = 1,
