@@ -84,6 +84,8 @@ OJ_DEV uint2 pack_b(float4 x) { return make_uint2(pack_h2(x.x, x.z), pack_h2(x.y
 OJ_DEV size_t packed_at(int r, int e, int ld, int lg) {
     return ((size_t)(r >> lg) * ld << lg) + ((size_t)e << lg) + (size_t)(r & ((1 << lg) - 1)) * 4;
 }
+// lg of a pass of `rows` rows (kernels.packed_group): for kernels that find it from the row count.
+OJ_DEV int packed_group(int rows) { return rows <= 1 ? 0 : rows <= 4 ? 2 : 3; }
 OJ_DEV u32 hadd2(u32 a, u32 b) {
     u32 d;
     asm("{ add.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));

@@ -130,7 +130,7 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
     };
     if (mode == MM_SWIGLU) {
         u16* hh = (u16*)Y;
-        const int lg = R <= 1 ? 0 : R <= 4 ? 2 : 3;  // kernels.packed_group(R)
+        const int lg = packed_group(R);
         for (int idx = threadIdx.x; idx < J / 2 * 32; idx += blockDim.x) {
             const int p = idx >> 5, ln = idx & 31;
             const int j = (p >> 1) * 4 + (p & 1);  // accumulator i = 0 or 1: the gate's
@@ -277,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(128)
     }
 }
 
-#define OJ_MM_KERNEL(NAME, FRAG, MT, NT, MINB, XL, DEPTH)                                         \
+#define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
@@ -293,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(128)
 // runs its own weight's code, so the results are two launches' bits, with one dependent launch
 // (and one partial last wave) fewer per mixer (bench/NOTES.md v26). Packed activations only:
 // the mixers' inputs come from rmsnorm.
-#define OJ_MM_PAIR_KERNEL(NAME, FA, FB, MT, NT, MINB, XL, DEPTH)                                  \
+#define OJ_MM_PAIR_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FA, FB)                                  \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* a0, const u8* a1, const u8* a2, const u8* a3, int rows_a, const u8* b0,    \
              const u8* b1, const u8* b2, const u8* b3, int rows_b, int cols, const void* X,       \
@@ -326,20 +326,22 @@ extern "C" __global__ void __launch_bounds__(128)
 // passes of 9 to MatmulConfig.few_rows rows: fewer registers, more warps per SM, the activation
 // rows read once per m-tile (weight pass at 12 rows 10.62 -> 10.00 ms, at 16 rows 10.98 ->
 // 11.67, bench/NOTES.md v20b). Same order, same bits.
-#define OJ_MM_ONE(PREFIX, FRAG, XL)                                \
-    OJ_MM_KERNEL(PREFIX##_1, FRAG, MM_MT1, 1, MM_MINB1, XL, 1)     \
-    OJ_MM_KERNEL(PREFIX##_1d, FRAG, MM_MT1, 1, MM_MINB1D, XL, 2)
-#define OJ_MM_NT(PREFIX, FRAG, XL)                                 \
-    OJ_MM_ONE(PREFIX, FRAG, XL)                                    \
-    OJ_MM_KERNEL(PREFIX##_2, FRAG, MM_MT, 2, MM_MINB, XL, 1)       \
-    OJ_MM_KERNEL(PREFIX##_2f, FRAG, MM_MTF, 2, MM_MINBF, XL, 1)    \
-    OJ_MM_KERNEL(PREFIX##_3, FRAG, MM_MT, 3, MM_MINB, XL, 1)       \
-    OJ_MM_KERNEL(PREFIX##_4, FRAG, MM_MT, 4, MM_MINB, XL, 1)
-#define OJ_MM_ALL_NT(TYPE, FRAG)      \
-    OJ_MM_NT(mm_##TYPE, FRAG, -1)     \
-    OJ_MM_NT(mmh_##TYPE, FRAG, 3)     \
-    OJ_MM_ONE(mmh1_##TYPE, FRAG, 0)   \
-    OJ_MM_ONE(mmh4_##TYPE, FRAG, 2)
+// K: the kernel macro (OJ_MM_KERNEL, or OJ_MM_PAIR_KERNEL for the pairs below), then its
+// fragment type(s).
+#define OJ_MM_ONE(K, PREFIX, XL, ...)                              \
+    K(PREFIX##_1, MM_MT1, 1, MM_MINB1, XL, 1, __VA_ARGS__)         \
+    K(PREFIX##_1d, MM_MT1, 1, MM_MINB1D, XL, 2, __VA_ARGS__)
+#define OJ_MM_NT(K, PREFIX, XL, ...)                               \
+    OJ_MM_ONE(K, PREFIX, XL, __VA_ARGS__)                          \
+    K(PREFIX##_2, MM_MT, 2, MM_MINB, XL, 1, __VA_ARGS__)           \
+    K(PREFIX##_2f, MM_MTF, 2, MM_MINBF, XL, 1, __VA_ARGS__)        \
+    K(PREFIX##_3, MM_MT, 3, MM_MINB, XL, 1, __VA_ARGS__)           \
+    K(PREFIX##_4, MM_MT, 4, MM_MINB, XL, 1, __VA_ARGS__)
+#define OJ_MM_ALL_NT(TYPE, FRAG)                     \
+    OJ_MM_NT(OJ_MM_KERNEL, mm_##TYPE, -1, FRAG)      \
+    OJ_MM_NT(OJ_MM_KERNEL, mmh_##TYPE, 3, FRAG)      \
+    OJ_MM_ONE(OJ_MM_KERNEL, mmh1_##TYPE, 0, FRAG)    \
+    OJ_MM_ONE(OJ_MM_KERNEL, mmh4_##TYPE, 2, FRAG)
 
 OJ_MM_ALL_NT(q4_k, FragQ4K)
 OJ_MM_ALL_NT(q5_k, FragQ5K)
@@ -350,17 +352,10 @@ OJ_MM_ALL_NT(f16, FragF16)
 // mmp_ / mmp1_ / mmp4_<a>_<b>_<NT>: the pairs, on packed activations in groups of 8 / 1 / 4 as
 // mmh_ / mmh1_ / mmh4_, with the same tilings; for the pairs of formats of the K-quant mixes
 // (build.PAIRED_TYPES: first the lower ggml type). Other pairs run as two launches.
-#define OJ_MM_PAIR_ONE(PREFIX, FA, FB, XL)                                \
-    OJ_MM_PAIR_KERNEL(PREFIX##_1, FA, FB, MM_MT1, 1, MM_MINB1, XL, 1)     \
-    OJ_MM_PAIR_KERNEL(PREFIX##_1d, FA, FB, MM_MT1, 1, MM_MINB1D, XL, 2)
-#define OJ_MM_PAIRS(A, B, FA, FB)                                         \
-    OJ_MM_PAIR_ONE(mmp_##A##_##B, FA, FB, 3)                              \
-    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_2, FA, FB, MM_MT, 2, MM_MINB, 3, 1)  \
-    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_2f, FA, FB, MM_MTF, 2, MM_MINBF, 3, 1) \
-    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_3, FA, FB, MM_MT, 3, MM_MINB, 3, 1)  \
-    OJ_MM_PAIR_KERNEL(mmp_##A##_##B##_4, FA, FB, MM_MT, 4, MM_MINB, 3, 1)  \
-    OJ_MM_PAIR_ONE(mmp1_##A##_##B, FA, FB, 0)                             \
-    OJ_MM_PAIR_ONE(mmp4_##A##_##B, FA, FB, 2)
+#define OJ_MM_PAIRS(A, B, FA, FB)                                 \
+    OJ_MM_NT(OJ_MM_PAIR_KERNEL, mmp_##A##_##B, 3, FA, FB)         \
+    OJ_MM_ONE(OJ_MM_PAIR_KERNEL, mmp1_##A##_##B, 0, FA, FB)       \
+    OJ_MM_ONE(OJ_MM_PAIR_KERNEL, mmp4_##A##_##B, 2, FA, FB)
 
 OJ_MM_PAIRS(q4_k, q5_k, FragQ4K, FragQ5K)
 OJ_MM_PAIRS(q4_k, q6_k, FragQ4K, FragQ6K)

@@ -151,7 +151,6 @@ def _fused(fetch: Fetch, names: list[str]) -> list[Proj]:
 
 
 def _fuse(names: list[str], parts: list[tuple[int, int, int, Any]]) -> list[Proj]:
-    import cupy as cp
 
     out: list[Proj] = []
     offset, i = 0, 0
@@ -161,7 +160,7 @@ def _fuse(names: list[str], parts: list[tuple[int, int, int, Any]]) -> list[Proj
         while j < len(parts) and parts[j][0] == gtype and parts[j][2] == cols:
             j += 1
         rows = sum(p[1] for p in parts[i:j])
-        raw = cp.concatenate([cp.asarray(p[3]).reshape(-1) for p in parts[i:j]])
+        raw = _joined(parts[i:j])
         out.append(
             Proj(weights.from_device_bytes("+".join(names[i:j]), raw, gtype, rows, cols), offset)
         )
@@ -170,19 +169,24 @@ def _fuse(names: list[str], parts: list[tuple[int, int, int, Any]]) -> list[Proj
     return out
 
 
+def _joined(parts: list[tuple[int, int, int, Any]]) -> Any:
+    """The tensors' GGUF bytes one after another on the GPU (rows concatenated)."""
+    import cupy as cp
+
+    return cp.concatenate([cp.asarray(p[3]).reshape(-1) for p in parts])
+
+
 def _gate_up(fetch: Fetch, b: str) -> tuple[list[Proj], bool]:
     """The FFN's gate and up as one weight with their rows alternating in groups of 8
     (weights.interleave_halves), so its products can finish SwiGLU, where they can be fused so;
     else as `_fused` makes them. -> (the projections, interleaved)."""
-    import cupy as cp
 
     names = [b + "ffn_gate.weight", b + "ffn_up.weight"]
     parts = [fetch(n) for n in names]
     if not _interleavable(parts):
         return _fuse(names, parts), False
     gtype, rows, cols = parts[0][0], 2 * parts[0][1], parts[0][2]
-    raw = cp.concatenate([cp.asarray(p[3]).reshape(-1) for p in parts])
-    raw = weights.interleave_halves(raw, gtype, rows, cols)
+    raw = weights.interleave_halves(_joined(parts), gtype, rows, cols)
     return [Proj(weights.from_device_bytes("+".join(names), raw, gtype, rows, cols), 0)], True
 
 
