@@ -124,8 +124,7 @@ def matmul_pair(
     R = x.shape[0]
     _check(pairs(w_a, w_b, R), f"matmul_pair: no pair kernel for {w_a.name}, {w_b.name}")
     _check(xh is not None, "matmul_pair: packed activations required")
-    _check(x.dtype == np.float32 and y.dtype == np.float32, "matmul wants f32 activations")
-    _check(x.shape[1] >= w_a.cols, f"matmul_pair: bad input shape {x.shape}")
+    _check(y.dtype == np.float32, "matmul wants f32 activations")
     _check(
         y.shape[0] >= R
         and y.shape[1] >= max(o_a + w_a.rows, o_b + w_b.rows)
@@ -136,7 +135,7 @@ def matmul_pair(
         o_a + w_a.rows <= o_b or o_b + w_b.rows <= o_a,
         f"matmul_pair: columns {o_a}+{w_a.rows} and {o_b}+{w_b.rows} overlap",
     )
-    packed = _packed(xh, R, w_a.cols, "matmul_pair")
+    packed = _activations(x, xh, w_a.cols, "matmul_pair")
     if R == 0:
         return
     types = (w_a.ggml_type, w_b.ggml_type)
@@ -160,13 +159,19 @@ def matmul_pair(
     fn((-(-R // tile.rows_per_group), tiles), (tile.threads,), args)
 
 
+def _activations(x: Any, xh: Any, cols: int, what: str) -> tuple[Any, Any]:
+    """A product's input rows checked (f32 [R][>= cols]) -> their packed copy's (pointer, row
+    stride) as `_packed` gives it."""
+    _check(x.dtype == np.float32, "matmul wants f32 activations")
+    _check(x.shape[1] >= cols, f"{what}: bad input shape {x.shape}")
+    return _packed(xh, x.shape[0], cols, what)
+
+
 def _product(w: GpuWeight, x: Any, xh: Any, out: tuple[Any, Any], mode: int) -> None:
     """Launch W x into `out` (the output and its row stride in elements) with epilogue mode."""
     R = x.shape[0]
-    _check(x.dtype == np.float32, "matmul wants f32 activations")
-    _check(x.shape[1] >= w.cols, f"matmul {w.name}: bad input shape {x.shape}")
+    packed = _activations(x, xh, w.cols, f"matmul {w.name}")
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
-    packed = _packed(xh, R, w.cols, f"matmul {w.name}")
     if R == 0:
         return
     shape = (_i32(w.rows), _i32(w.cols))
