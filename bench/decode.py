@@ -13,6 +13,7 @@ Usage: python bench/decode.py [--rows 1,2,4,...] [--step] [--json OUT]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -391,6 +392,46 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def attention_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
+    """Attention variants (KernelDims fields, e.g. "att_core_chunk=16+att_splits=32"): whole
+    steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500 (the CUDA-core kernel's
+    deepest) and 8,192 (the tensor cores), a 512-row prompt chunk, and the attention kernels
+    alone (every other kind of op left out) at 1 row and 4 slots."""
+    from dataclasses import replace
+
+    from engine.cuda.kernels import Ops
+
+    fwd, out = backend.fwd, []
+    ops0 = fwd.ops
+    cases = {
+        "1row_512": ([1], 512, 1),
+        "4slots_512": ([1] * 4, 512, 1),
+        "1row_1500": ([1], 1500, 1),
+        "1row_8192": ([1], 8192, 1),
+        "chunk512": ([512], 0, 1),
+    }
+    try:
+        for setting in settings:
+            fields = {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
+            fwd.use_ops(Ops(replace(ops0.dims, **fields)))
+            row: dict[str, Any] = {"setting": setting or "default"}
+            for name, (per_slot, context, n_sample) in cases.items():
+                row[name] = time_rows(backend, per_slot, context, n_sample)
+            # the launchers of this setting's Ops: every kind of op but attention left out,
+            # then attn_prep alone
+            classes = op_classes(backend)
+            others = [fn for name, fns in classes.items() if name != "attention prep+core" for fn in fns]  # fmt: skip
+            for name in ("1row_512", "4slots_512"):
+                timed = functools.partial(time_rows, backend, *cases[name])
+                row[f"attention_alone_{name}"] = _timed_without(timed, others)
+                row[f"prep_alone_{name}"] = _timed_without(timed, [*others, (fwd.ops, "attention")])
+            out.append(row)
+            print("attention", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
+    finally:
+        fwd.use_ops(ops0)
+    return out
+
+
 def sweep_point(backend: Any, label: str, row: dict[str, Any], rows: list[int]) -> dict[str, Any]:
     """One variant of a sweep: decode steps at each row count (512-token contexts), a 512-row
     prompt chunk and prefill throughput at 512 and 8192 tokens, added to `row` and printed."""
@@ -481,6 +522,10 @@ def main() -> int:
         default="",
         help="attention variants to sweep: split counts, tc = tensor cores",
     )
+    parser.add_argument(
+        "--attention",
+        help="attention settings to sweep, comma-separated (KernelDims fields joined by +)",
+    )
     parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
     parser.add_argument("--pdl", action="store_true", help="plain against overlapped launches")
     parser.add_argument(
@@ -539,6 +584,9 @@ def main() -> int:
             return save(info, args.json)
         if args.pdl:  # the comparison alone, then stop
             info["pdl"] = pdl_sweep(backend, rows)
+            return save(info, args.json)
+        if args.attention is not None:  # the sweep alone, then stop
+            info["attention"] = attention_sweep(backend, args.attention.split(","))
             return save(info, args.json)
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))

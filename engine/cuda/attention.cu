@@ -39,6 +39,12 @@
 #define ATT_SPLITS 16  // CTAs per (row, KV head) over the context (KernelDims.att_splits)
 #endif
 #define ATT_CHUNK 64
+// attn_decode's chunk (KernelDims.att_core_chunk): at a short context, fewer positions per warp
+// shorten the split's serial work (attn_decode_tc keeps ATT_CHUNK, its warps' 16-position tiles)
+#ifndef ATT_CORE_CHUNK
+#define ATT_CORE_CHUNK ATT_CHUNK
+#endif
+static_assert(ATT_CORE_CHUNK % (ATT_WARPS * ATT_UNROLL) == 0, "whole blocks per chunk");
 
 OJ_DEV int pool_token(const int* page_table, int max_pages, int slot, int pos) {
     return page_table[(size_t)slot * max_pages + pos / KV_PAGE] * KV_PAGE + pos % KV_PAGE;
@@ -199,7 +205,7 @@ OJ_DEV void store_split(const float (*sm_m)[ATT_GROUP], const float (*sm_l)[ATT_
         float scale, float *part_o, float *part_ml, int pos_lo, int pos_hi
 
 // Split over the context (flash-decoding): grid (T, ATT_HKV, ATT_SPLITS), block 32*ATT_WARPS.
-// Positions come in chunks of ATT_CHUNK; chunk c belongs to split c % ATT_SPLITS, and inside a
+// Positions come in chunks of ATT_CORE_CHUNK; chunk c belongs to split c % ATT_SPLITS, and inside a
 // chunk warp w takes blocks of ATT_UNROLL positions w + ATT_WARPS*j, ... Every split depends
 // only on the position, so a row's result never depends on the batch; attn_merge combines the
 // splits in order. Per block a warp computes all its scores, reduces them together
@@ -230,17 +236,17 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     const int my_j = (lane >> ATT_VSHIFT) / ATT_GP;  // the position of this lane's score
     float m = -OJ_INF, l = 0.0f;
 
-    // This warp's blocks: chunks c = split, split + ATT_SPLITS, ... of ATT_CHUNK positions, in
-    // each the positions tau0 + j*ATT_WARPS (j < ATT_UNROLL) for tau0 = c*ATT_CHUNK + warp,
+    // This warp's blocks: chunks c = split, split + ATT_SPLITS, ... of ATT_CORE_CHUNK positions, in
+    // each the positions tau0 + j*ATT_WARPS (j < ATT_UNROLL) for tau0 = c*ATT_CORE_CHUNK + warp,
     // + ATT_WARPS*ATT_UNROLL, ... A flat block index lets the next block's loads fly while this
     // one is computed.
-    constexpr int per_chunk = ATT_CHUNK / (ATT_WARPS * ATT_UNROLL);
-    const int n_chunks = split * ATT_CHUNK <= pos ? (pos / ATT_CHUNK - split) / ATT_SPLITS + 1 : 0;
+    constexpr int per_chunk = ATT_CORE_CHUNK / (ATT_WARPS * ATT_UNROLL);
+    const int n_chunks = split * ATT_CORE_CHUNK <= pos ? (pos / ATT_CORE_CHUNK - split) / ATT_SPLITS + 1 : 0;
     const int n_blocks = n_chunks * per_chunk;
     auto block_at = [&](int b, int& tau0, int& hi) {
         const int c = split + (b / per_chunk) * ATT_SPLITS;
-        tau0 = c * ATT_CHUNK + warp + (b % per_chunk) * ATT_WARPS * ATT_UNROLL;
-        hi = min(c * ATT_CHUNK + ATT_CHUNK - 1, pos);
+        tau0 = c * ATT_CORE_CHUNK + warp + (b % per_chunk) * ATT_WARPS * ATT_UNROLL;
+        hi = min(c * ATT_CORE_CHUNK + ATT_CORE_CHUNK - 1, pos);
     };
     auto load = [&](KVBlock& kvb, int b) {
         int tau0, hi;
@@ -495,24 +501,28 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
 #endif
 
 // y = (merged softmax-weighted V) * sigmoid(gate), splits combined in split order.
-// grid (T, ATT_HKV), block 256.  y: f32 [T][ATT_HQ*ATT_D]
+// grid (T, ATT_HKV, ATT_GROUP), block 256: one query head per CTA, so the merge's serial loads
+// over the splits run in 24 CTAs at once, not 4.  y: f32 [T][ATT_HQ*ATT_D]
 extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* part_o,
                                       const float* part_ml, float* y) {
     oj_grid_dep_early();
-    const int t = blockIdx.x, u = blockIdx.y;
+    const int t = blockIdx.x, u = blockIdx.y, g = blockIdx.z;
     const size_t part0 = ((size_t)t * ATT_HKV + u) * ATT_SPLITS;
-    for (int idx = threadIdx.x; idx < ATT_GROUP * ATT_D; idx += blockDim.x) {
-        const int g = idx / ATT_D, d = idx % ATT_D;
-        float M = -OJ_INF;
-        for (int k = 0; k < ATT_SPLITS; ++k) M = fmaxf(M, part_ml[((part0 + k) * ATT_GROUP + g) * 2]);
-        float L = 0.0f, O = 0.0f;
-        for (int k = 0; k < ATT_SPLITS; ++k) {
-            const float* ml = part_ml + ((part0 + k) * ATT_GROUP + g) * 2;
-            const float f = ml[1] > 0.0f ? __expf(ml[0] - M) : 0.0f;
-            L += ml[1] * f;
-            O += part_o[((part0 + k) * ATT_GROUP + g) * ATT_D + d] * f;
-        }
-        const int h = u * ATT_GROUP + g;
+    float M = -OJ_INF;
+#pragma unroll
+    for (int k = 0; k < ATT_SPLITS; ++k) M = fmaxf(M, part_ml[((part0 + k) * ATT_GROUP + g) * 2]);
+    float f[ATT_SPLITS], L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ATT_SPLITS; ++k) {
+        const float* ml = part_ml + ((part0 + k) * ATT_GROUP + g) * 2;
+        f[k] = ml[1] > 0.0f ? __expf(ml[0] - M) : 0.0f;
+        L += ml[1] * f[k];
+    }
+    const int h = u * ATT_GROUP + g;
+    for (int d = threadIdx.x; d < ATT_D; d += blockDim.x) {
+        float O = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ATT_SPLITS; ++k) O += part_o[((part0 + k) * ATT_GROUP + g) * ATT_D + d] * f[k];
         const float gate = qg[(size_t)t * ldp + h * 2 * ATT_D + ATT_D + d];
         y[(size_t)t * ATT_HQ * ATT_D + h * ATT_D + d] = (O / L) * sigmoid_f(gate);
     }

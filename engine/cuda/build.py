@@ -53,6 +53,9 @@ class KernelDims:
     # is faster there for prompt chunks (a 512-row chunk at position 0: 13.8 against 22.5 ms);
     # a row's kernel depends on its position alone (batch invariance). 0: tensor cores for all
     att_core_below: int = 2048
+    # attn_decode's positions per chunk (a multiple of 16): a short context's chunks spread
+    # over more of the att_splits CTAs, so each warp runs fewer blocks one after another
+    att_core_chunk: int = 16
 
     def defines(self) -> tuple[str, ...]:
         return tuple(f"-D{name.upper()}={value}" for name, value in asdict(self).items())

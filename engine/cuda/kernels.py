@@ -454,7 +454,7 @@ class Ops:
                 args = (q[r0:r1], *pool, *meta, np.float32(scale), *parts, _i32(lo), _i32(hi))
                 self._fn(name)((r1 - r0, hkv, self.dims.att_splits), (128,), args)
             merge = (qg[r0:r1], ld, *parts, y[r0:r1])
-            self._fn("attn_merge")((r1 - r0, hkv), (256,), merge)
+            self._fn("attn_merge")((r1 - r0, hkv, self.dims.att_hq // hkv), (256,), merge)
 
     def sample(
         self,

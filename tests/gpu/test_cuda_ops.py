@@ -246,6 +246,8 @@ def _q8_roundtrip(x: np.ndarray) -> np.ndarray:
 
 # few splits: each split's part of the context spans several chunks
 FEW_SPLITS = {"att_splits": 4}
+# attn_decode's chunks of 64 positions (the default is 16)
+WIDE_CHUNKS = {"att_core_chunk": 64}
 # attn_decode_tc for every row (27B heads only: the default for them from position 2048)
 TENSOR_CORES = {"att_tc": 1, "att_core_below": 0}
 # rows below position 300 on the CUDA cores, the others on the tensor cores, in each launch
@@ -259,6 +261,8 @@ STRADDLING = {"att_tc": 1, "att_core_below": 300}
         BIG,
         replace(SMALL, **FEW_SPLITS),
         replace(BIG, **FEW_SPLITS),
+        replace(SMALL, **WIDE_CHUNKS),
+        replace(BIG, **WIDE_CHUNKS, **FEW_SPLITS),
         replace(BIG, **TENSOR_CORES),
         replace(BIG, **FEW_SPLITS, **TENSOR_CORES),
         replace(BIG, **STRADDLING),
@@ -267,7 +271,8 @@ STRADDLING = {"att_tc": 1, "att_core_below": 300}
 def test_attention_over_paged_q8_pool(dims: KernelDims) -> None:
     """Two slots with histories of 21 and 600 tokens written in the same launch as their new
     rows (prefill path: causal inside the step), pages scattered over the pool; 621 rows run in
-    groups of 64, a row's context in att_splits parts merged in order."""
+    groups of 64, a row's context in att_splits parts merged in order (chunks of
+    att_core_chunk positions on the CUDA cores, 64 on the tensor cores)."""
     import cupy as cp
 
     ops = Ops(dims)
