@@ -126,8 +126,10 @@ if [ "$MODE" = turns ]; then  # product and backend tests, then turns on/off as 
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = attention ]; then  # attention variants as whole steps, then their bit tests (~8 min)
-  timeout "${BENCH_S:-220}" python3 bench/decode.py --step --attention "${ATT_SETTINGS:-att_core_chunk=64,att_core_chunk=16}" \
-    --json "$OUT/attention.json" 2>&1 | tee "$OUT/attention.log" | grep "^attention\|floor"
+  # ATT_SETTINGS=none: the tests alone
+  [ "${ATT_SETTINGS:-}" = none ] || timeout "${BENCH_S:-220}" python3 bench/decode.py --step \
+    --attention "${ATT_SETTINGS:-att_core_chunk=64,att_core_chunk=16}" --json "$OUT/attention.json" 2>&1 \
+    | tee "$OUT/attention.log" | grep "^attention\|floor"
   gpu_pytest "${PYTEST_S:-240}" pytest.log tests/gpu/test_cuda_ops.py tests/gpu/test_cuda_backend.py -rf \
     -k "attention or greedy or exact or cut or drafts or overlapped or fused" "$@" | tail -8
   cat "$OJ_FIGURES"
