@@ -392,11 +392,12 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def attention_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
-    """Attention variants (KernelDims fields, e.g. "att_core_chunk=16+att_splits=32"): whole
-    steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500 (the CUDA-core kernel's
-    deepest) and 8,192 (the tensor cores), a 512-row prompt chunk, and the attention kernels
-    alone (every other kind of op left out) at 1 row and 4 slots."""
+def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
+    """Op-kernel variants (KernelDims fields, e.g. "att_core_chunk=16+att_splits=32" or
+    "dn_fuse_rows=0"): whole steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500
+    (attention's CUDA-core kernel at its deepest) and 8,192 (the tensor cores), a 512-row prompt
+    chunk, and at 1 row and 4 slots the attention and the DeltaNet kernels each alone (every
+    other kind of op left out), and attn_prep alone."""
     from dataclasses import replace
 
     from engine.cuda.kernels import Ops
@@ -410,6 +411,7 @@ def attention_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
         "1row_8192": ([1], 8192, 1),
         "chunk512": ([512], 0, 1),
     }
+    kinds = {"attention": "attention prep+core", "deltanet": "deltanet conv+recurrence"}
     try:
         for setting in settings:
             fields = {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
@@ -417,16 +419,17 @@ def attention_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"setting": setting or "default"}
             for name, (per_slot, context, n_sample) in cases.items():
                 row[name] = time_rows(backend, per_slot, context, n_sample)
-            # the launchers of this setting's Ops: every kind of op but attention left out,
-            # then attn_prep alone
-            classes = op_classes(backend)
-            others = [fn for name, fns in classes.items() if name != "attention prep+core" for fn in fns]  # fmt: skip
+            classes = op_classes(backend)  # this setting's Ops
             for name in ("1row_512", "4slots_512"):
                 timed = functools.partial(time_rows, backend, *cases[name])
-                row[f"attention_alone_{name}"] = _timed_without(timed, others)
-                row[f"prep_alone_{name}"] = _timed_without(timed, [*others, (fwd.ops, "attention")])
+                for kind, cls in kinds.items():
+                    others = [fn for other, fns in classes.items() if other != cls for fn in fns]
+                    row[f"{kind}_alone_{name}"] = _timed_without(timed, others)
+                    if kind == "attention":
+                        prep = [*others, (fwd.ops, "attention")]
+                        row[f"prep_alone_{name}"] = _timed_without(timed, prep)
             out.append(row)
-            print("attention", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
+            print("dims", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
     finally:
         fwd.use_ops(ops0)
     return out
@@ -523,8 +526,8 @@ def main() -> int:
         help="attention variants to sweep: split counts, tc = tensor cores",
     )
     parser.add_argument(
-        "--attention",
-        help="attention settings to sweep, comma-separated (KernelDims fields joined by +)",
+        "--dims",
+        help="op-kernel settings to sweep, comma-separated (KernelDims fields joined by +)",
     )
     parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
     parser.add_argument("--pdl", action="store_true", help="plain against overlapped launches")
@@ -585,8 +588,8 @@ def main() -> int:
         if args.pdl:  # the comparison alone, then stop
             info["pdl"] = pdl_sweep(backend, rows)
             return save(info, args.json)
-        if args.attention is not None:  # the sweep alone, then stop
-            info["attention"] = attention_sweep(backend, args.attention.split(","))
+        if args.dims is not None:  # the sweep alone, then stop
+            info["dims"] = dims_sweep(backend, args.dims.split(","))
             return save(info, args.json)
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))

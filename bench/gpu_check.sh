@@ -10,8 +10,8 @@
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
 #   turns                            product and backend tests, then steps with
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
-#   attention                        bench/decode.py --attention "$ATT_SETTINGS" (attention kernels'
-#                                    settings as whole steps), then the attention and backend tests
+#   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
+#                                    fields, as whole steps), then the op and backend bit tests
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
 #   probes                           probe, then chain, in one call (~4-5 min)
@@ -125,13 +125,13 @@ if [ "$MODE" = turns ]; then  # product and backend tests, then turns on/off as 
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
-if [ "$MODE" = attention ]; then  # attention variants as whole steps, then their bit tests (~8 min)
-  # ATT_SETTINGS=none: the tests alone
-  [ "${ATT_SETTINGS:-}" = none ] || timeout "${BENCH_S:-220}" python3 bench/decode.py --step \
-    --attention "${ATT_SETTINGS:-att_core_chunk=64,att_core_chunk=16}" --json "$OUT/attention.json" 2>&1 \
-    | tee "$OUT/attention.log" | grep "^attention\|floor"
+if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit tests (~8 min)
+  # DIMS=none: the tests alone
+  [ "${DIMS:-}" = none ] || timeout "${BENCH_S:-220}" python3 bench/decode.py --step \
+    --dims "${DIMS:?DIMS: KernelDims settings, comma-separated, or none}" --json "$OUT/dims.json" 2>&1 \
+    | tee "$OUT/dims.log" | grep "^dims\|floor"
   gpu_pytest "${PYTEST_S:-240}" pytest.log tests/gpu/test_cuda_ops.py tests/gpu/test_cuda_backend.py -rf \
-    -k "attention or greedy or exact or cut or drafts or overlapped or fused" "$@" | tail -8
+    -k "attention_over_paged or deltanet or greedy or cut_at or drafts or overlapped or fused" "$@" | tail -8
   cat "$OJ_FIGURES"
 fi
 if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questions in one call
