@@ -241,7 +241,8 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
     // + ATT_WARPS*ATT_UNROLL, ... A flat block index lets the next block's loads fly while this
     // one is computed.
     constexpr int per_chunk = ATT_CORE_CHUNK / (ATT_WARPS * ATT_UNROLL);
-    const int n_chunks = split * ATT_CORE_CHUNK <= pos ? (pos / ATT_CORE_CHUNK - split) / ATT_SPLITS + 1 : 0;
+    const int n_chunks =
+        split * ATT_CORE_CHUNK <= pos ? (pos / ATT_CORE_CHUNK - split) / ATT_SPLITS + 1 : 0;
     const int n_blocks = n_chunks * per_chunk;
     auto block_at = [&](int b, int& tau0, int& hi) {
         const int c = split + (b / per_chunk) * ATT_SPLITS;
@@ -501,8 +502,9 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
 #endif
 
 // y = (merged softmax-weighted V) * sigmoid(gate), splits combined in split order.
-// grid (T, ATT_HKV, ATT_GROUP), block 256: one query head per CTA, so the merge's serial loads
-// over the splits run in 24 CTAs at once, not 4.  y: f32 [T][ATT_HQ*ATT_D]
+// grid (T, ATT_HKV, ATT_GROUP), block 256: one query head per CTA, so the loads over the splits
+// run in that many more CTAs (the 27B at one row: 24, where one per KV head was 4, and each
+// thread looped over 6 outputs; 0.15 ms per step).  y: f32 [T][ATT_HQ*ATT_D]
 extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* part_o,
                                       const float* part_ml, float* y) {
     oj_grid_dep_early();
@@ -522,7 +524,8 @@ extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* par
     for (int d = threadIdx.x; d < ATT_D; d += blockDim.x) {
         float O = 0.0f;
 #pragma unroll
-        for (int k = 0; k < ATT_SPLITS; ++k) O += part_o[((part0 + k) * ATT_GROUP + g) * ATT_D + d] * f[k];
+        for (int k = 0; k < ATT_SPLITS; ++k)
+            O += part_o[((part0 + k) * ATT_GROUP + g) * ATT_D + d] * f[k];
         const float gate = qg[(size_t)t * ldp + h * 2 * ATT_D + ATT_D + d];
         y[(size_t)t * ATT_HQ * ATT_D + h * ATT_D + d] = (O / L) * sigmoid_f(gate);
     }
