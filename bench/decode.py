@@ -463,10 +463,11 @@ def setting_sweep(backend: Any, label: str, settings: list[dict[str, Any]], appl
     return out
 
 
-def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
+def deltanet_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
     """Decode steps (1, 4, 8 slots) and a 512-row prompt chunk, and prefill throughput, with
     the DeltaNet recurrence over each number of state columns per CTA (KernelDims.dn_cb) in
-    every pass of at least forward.DN_SPLIT_ROWS rows; 0: no pass split."""
+    every pass of at least forward.DN_SPLIT_ROWS rows; 0: no pass split. "CB@R": CB columns
+    per CTA from passes of R rows (R = 1: decode steps too, with dn_gate_norm after them)."""
     from dataclasses import replace
 
     from engine.cuda import forward
@@ -482,10 +483,11 @@ def deltanet_sweep(backend: Any, widths: list[int]) -> list[dict[str, Any]]:
             return
         cb = setting["dn_cb"]
         fwd.use_ops(Ops(replace(ops0.dims, dn_cb=cb or ops0.dims.dn_cb)))
-        forward.DN_SPLIT_ROWS = rows0 if cb else 1 << 30
+        forward.DN_SPLIT_ROWS = setting["split_rows"] if cb else 1 << 30
 
-    settings = [{"dn_cb": cb} for cb in widths]
-    return setting_sweep(backend, "deltanet", settings, apply, [1, 4, 8])
+    parsed = [v.partition("@") for v in settings]
+    rows = [{"dn_cb": int(cb), "split_rows": int(r or rows0)} for cb, _, r in parsed]
+    return setting_sweep(backend, "deltanet", rows, apply, [1, 4, 8])
 
 
 def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
@@ -529,7 +531,10 @@ def main() -> int:
         "--dims",
         help="op-kernel settings to sweep, comma-separated (KernelDims fields joined by +)",
     )
-    parser.add_argument("--deltanet", help="dn_recur_split columns per CTA to sweep (0: off)")
+    parser.add_argument(
+        "--deltanet",
+        help="dn_recur_split columns per CTA to sweep (0: off; CB@R: split from R-row passes)",
+    )
     parser.add_argument("--pdl", action="store_true", help="plain against overlapped launches")
     parser.add_argument(
         "--matmul-steps", action="store_true", help="whole steps under each row variant"
@@ -579,8 +584,7 @@ def main() -> int:
         if args.products:
             info["products"] = product_classes(model, [1, 4, 12])
         if args.deltanet:  # the sweep alone, then stop
-            widths = [int(v) for v in args.deltanet.split(",")]
-            info["deltanet"] = deltanet_sweep(backend, widths)
+            info["deltanet"] = deltanet_sweep(backend, args.deltanet.split(","))
             return save(info, args.json)
         if args.matmul_steps:  # the comparison alone, then stop
             info["matmul_steps"] = matmul_sweep(backend, rows)

@@ -11,7 +11,8 @@
 #   turns                            product and backend tests, then steps with
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
 #   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
-#                                    fields, as whole steps), then the op and backend bit tests
+#                                    fields, as whole steps) [and --deltanet "$DELTANET"], then the
+#                                    op and backend bit tests
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
 #   probes                           probe, then chain, in one call (~4-5 min)
@@ -130,6 +131,9 @@ if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit
   [ "${DIMS:-}" = none ] || timeout "${BENCH_S:-220}" python3 bench/decode.py --step \
     --dims "${DIMS:?DIMS: KernelDims settings, comma-separated, or none}" --json "$OUT/dims.json" 2>&1 \
     | tee "$OUT/dims.log" | grep "^dims\|floor"
+  # DELTANET=32,32@1: the DeltaNet recurrence's column split, also from 1-row passes (~1.5 min)
+  [ -z "${DELTANET:-}" ] || timeout 150 python3 bench/decode.py --step --deltanet "$DELTANET" \
+    --json "$OUT/deltanet.json" 2>&1 | tee "$OUT/deltanet.log" | grep "^deltanet"
   gpu_pytest "${PYTEST_S:-240}" pytest.log tests/gpu/test_cuda_ops.py tests/gpu/test_cuda_backend.py -rf \
     -k "attention_over_paged or deltanet or greedy or cut_at or drafts or overlapped or fused" "$@" | tail -8
   cat "$OJ_FIGURES"
