@@ -16,7 +16,8 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -227,17 +228,18 @@ def breakdown(timed: Callable[[], float], backend: Any) -> dict[str, float]:
     return result
 
 
+def _launchers_but(classes: dict[str, list[tuple[Any, str]]], name: str) -> list[tuple[Any, str]]:
+    """The launchers of every kind of op in `classes` (op_classes) except `name`."""
+    return [fn for other, fns in classes.items() if other != name for fn in fns]
+
+
 def alone(timed: Callable[[], float], backend: Any) -> dict[str, float]:
     """Each kind of op's kernels timed as the step's graph with every other kind left out: their
     own chain of dependent launches, against what leaving them out of the step saves
     (`breakdown`). Where the two differ, the kind costs the step by how it meets the products
     (their drain and refill around it), not by its own kernels."""
     classes = op_classes(backend)
-    result = {}
-    for name in classes:
-        others = [fn for other, fns in classes.items() if other != name for fn in fns]
-        result[name] = _timed_without(timed, others)
-    return result
+    return {name: _timed_without(timed, _launchers_but(classes, name)) for name in classes}
 
 
 def prefill_prompt(backend: Any, slot: int, prompt: tuple[int, ...], start: int = 0, cut: int = 0, chunk: int = 0) -> tuple[int, int]:  # fmt: skip
@@ -365,20 +367,31 @@ def product_classes(model: Any, rows: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
-    """Decode step time against the context length, for attention variants: a split count,
-    with "tc" after it for the tensor-core kernel (e.g. "16", "32tc")."""
+@contextmanager
+def _under_dims(backend: Any, **fields: int) -> Iterator[None]:
+    """The backend's op kernels built with these KernelDims fields changed, the default's put
+    back after."""
     from dataclasses import replace
 
     from engine.cuda.kernels import Ops
 
-    fwd, out = backend.fwd, []
+    fwd = backend.fwd
     ops0 = fwd.ops
+    fwd.use_ops(Ops(replace(ops0.dims, **fields)))
     try:
-        for variant in variants:
-            n, tc = int(variant.removesuffix("tc")), int(variant.endswith("tc"))
-            # tc: the tensor cores for every row (att_core_below 0)
-            fwd.use_ops(Ops(replace(ops0.dims, att_splits=n, att_tc=tc, att_core_below=0)))
+        yield
+    finally:
+        fwd.use_ops(ops0)
+
+
+def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
+    """Decode step time against the context length, for attention variants: a split count,
+    with "tc" after it for the tensor-core kernel (e.g. "16", "32tc")."""
+    out = []
+    for variant in variants:
+        n, tc = int(variant.removesuffix("tc")), int(variant.endswith("tc"))
+        # tc: the tensor cores for every row (att_core_below 0)
+        with _under_dims(backend, att_splits=n, att_tc=tc, att_core_below=0):
             for slots, context in ((1, 512), (1, 8192), (1, 23000), (4, 23000), (8, 512)):
                 ms = time_rows(backend, [1] * slots, context, 1)
                 row = {"att_splits": n, "att_tc": tc, "slots": slots, "context": context, "ms": ms}
@@ -387,8 +400,6 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
                     f"attention {variant:>6s} slots={slots} context={context:6d}: {ms:8.3f} ms  {slots * 1e3 / ms:7.1f} tok/s",
                     flush=True,
                 )
-    finally:
-        fwd.use_ops(ops0)
     return out
 
 
@@ -398,12 +409,6 @@ def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
     (attention's CUDA-core kernel at its deepest) and 8,192 (the tensor cores), a 512-row prompt
     chunk, and at 1 row and 4 slots the attention and the DeltaNet kernels each alone (every
     other kind of op left out), and attn_prep alone."""
-    from dataclasses import replace
-
-    from engine.cuda.kernels import Ops
-
-    fwd, out = backend.fwd, []
-    ops0 = fwd.ops
     cases = {
         "1row_512": ([1], 512, 1),
         "4slots_512": ([1] * 4, 512, 1),
@@ -411,27 +416,23 @@ def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
         "1row_8192": ([1], 8192, 1),
         "chunk512": ([512], 0, 1),
     }
-    kinds = {"attention": "attention prep+core", "deltanet": "deltanet conv+recurrence"}
-    try:
-        for setting in settings:
-            fields = {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
-            fwd.use_ops(Ops(replace(ops0.dims, **fields)))
+    out = []
+    for setting in settings:
+        fields = {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
+        with _under_dims(backend, **fields):
             row: dict[str, Any] = {"setting": setting or "default"}
             for name, (per_slot, context, n_sample) in cases.items():
                 row[name] = time_rows(backend, per_slot, context, n_sample)
             classes = op_classes(backend)  # this setting's Ops
+            attention = _launchers_but(classes, "attention prep+core")
+            deltanet = _launchers_but(classes, "deltanet conv+recurrence")
             for name in ("1row_512", "4slots_512"):
                 timed = functools.partial(time_rows, backend, *cases[name])
-                for kind, cls in kinds.items():
-                    others = [fn for other, fns in classes.items() if other != cls for fn in fns]
-                    row[f"{kind}_alone_{name}"] = _timed_without(timed, others)
-                    if kind == "attention":
-                        prep = [*others, (fwd.ops, "attention")]
-                        row[f"prep_alone_{name}"] = _timed_without(timed, prep)
-            out.append(row)
-            print("dims", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
-    finally:
-        fwd.use_ops(ops0)
+                row[f"attention_alone_{name}"] = _timed_without(timed, attention)
+                row[f"prep_alone_{name}"] = _timed_without(timed, [*attention, (backend.fwd.ops, "attention")])  # fmt: skip
+                row[f"deltanet_alone_{name}"] = _timed_without(timed, deltanet)
+        out.append(row)
+        print("dims", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
     return out
 
 

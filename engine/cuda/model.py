@@ -146,12 +146,11 @@ Fetch = Callable[[str], tuple[int, int, int, Any]]
 
 
 def _fused(fetch: Fetch, names: list[str]) -> list[Proj]:
-    """Consecutive tensors of one type and row length become one GpuWeight (rows concatenated)."""
     return _fuse(names, [fetch(n) for n in names])
 
 
 def _fuse(names: list[str], parts: list[tuple[int, int, int, Any]]) -> list[Proj]:
-
+    """Consecutive tensors of one type and row length become one GpuWeight (rows concatenated)."""
     out: list[Proj] = []
     offset, i = 0, 0
     while i < len(parts):
@@ -180,7 +179,6 @@ def _gate_up(fetch: Fetch, b: str) -> tuple[list[Proj], bool]:
     """The FFN's gate and up as one weight with their rows alternating in groups of 8
     (weights.interleave_halves), so its products can finish SwiGLU, where they can be fused so;
     else as `_fused` makes them. -> (the projections, interleaved)."""
-
     names = [b + "ffn_gate.weight", b + "ffn_up.weight"]
     parts = [fetch(n) for n in names]
     if not _interleavable(parts):

@@ -58,8 +58,8 @@ def test_inlined_module_source_has_no_local_includes() -> None:
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
     """Every kernel name MatmulConfig.row_tile and pair_tile can give (formats, row counts, f32
-    and packed activations, deep and plain, both gemm tiles) is declared in matmul.cu once its macros are
-    expanded (nvcc -E)."""
+    and packed activations, deep and plain, both gemm tiles) is declared in matmul.cu once its
+    macros are expanded (nvcc -E)."""
     import re
 
     src = tmp_path / "matmul.cu"
