@@ -10,6 +10,9 @@
 #                                    bits, then bench/decode.py --step --pdl (plain vs overlapped)
 #   turns                            product and backend tests, then steps with
 #                                    MatmulConfig.turns on and off (rows 1,4,12)
+#   keys                             bench/decode.py --matmul-steps --keys "$KEYS" (MatmulConfig
+#                                    switches on and off as whole steps, ROWS), then the GPU tests
+#                                    that pytest -k "$TESTS" selects
 #   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
 #                                    fields, as whole steps) [and --deltanet "$DELTANET"], then the
 #                                    op and backend bit tests
@@ -125,6 +128,14 @@ if [ "$MODE" = turns ]; then  # product and backend tests, then turns on/off as 
   gpu_pytest "${PYTEST_S:-300}" pytest.log tests/gpu/test_cuda_matmul.py tests/gpu/test_cuda_backend.py -rf | tail -6
   cat "$OJ_FIGURES"
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+fi
+if [ "$MODE" = keys ]; then  # MatmulConfig switches KEYS on and off as whole steps, then TESTS (~4 min)
+  timeout "${BENCH_S:-150}" python3 bench/decode.py --step --matmul-steps \
+    --keys "${KEYS:?KEYS: MatmulConfig fields, comma-separated}" --rows "${ROWS:-1,4}" \
+    --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
+  # TESTS: a pytest -k expression over tests/gpu (the product module is in the kernel cache now)
+  [ -z "${TESTS:-}" ] || timeout "${PYTEST_S:-120}" python3 -m pytest -q -n "${WORKERS:-8}" \
+    -p no:cacheprovider -o addopts="" tests/gpu -rf -k "$TESTS" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi
 if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit tests (~8 min)
   # DIMS=none: the tests alone
