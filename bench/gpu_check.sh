@@ -13,6 +13,9 @@
 #   keys                             bench/decode.py --matmul-steps --keys "$KEYS" (MatmulConfig
 #                                    switches on and off as whole steps, ROWS), then the GPU tests
 #                                    that pytest -k "$TESTS" selects
+#   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
+#                                    (default 1,4): each product kernel's DRAM share, waves,
+#                                    occupancy and warp stalls (~3 min)
 #   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
 #                                    fields, as whole steps) [and --deltanet "$DELTANET"], then the
 #                                    op and backend bit tests
@@ -136,6 +139,13 @@ if [ "$MODE" = keys ]; then  # MatmulConfig switches KEYS on and off as whole st
   # TESTS: a pytest -k expression over tests/gpu (the product module is in the kernel cache now)
   [ -z "${TESTS:-}" ] || timeout "${PYTEST_S:-120}" python3 -m pytest -q -n "${WORKERS:-8}" \
     -p no:cacheprovider -o addopts="" tests/gpu -rf -k "$TESTS" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+fi
+if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the device has it)
+  timeout "${NCU_S:-400}" ncu --clock-control none -k regex:mm --section SpeedOfLight \
+    --section LaunchStats --section Occupancy --section WarpStateStats \
+    python3 bench/product_kernels.py --rows "${ROWS:-1,4}" > "$OUT/ncu.txt" 2>&1
+  grep -E "^  mm|^[a-z_+ ]+ [0-9]+x[0-9]+ rows|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
+    "$OUT/ncu.txt"
 fi
 if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit tests (~8 min)
   # DIMS=none: the tests alone

@@ -6,8 +6,9 @@ hardware counters (the device has Nsight Compute):
 
 Products: ffn_gate+up (Q4_K, 34816 x 5120), ffn_down (Q6_K, 5120 x 17408) and ssm_out (Q4_K,
 5120 x 6144), each at 1, 4 and 12 activation rows (random weights made on the GPU). The first
-two read packed f16 activations (mmh_* kernels), as in the forward pass; ssm_out's input comes
-from the DeltaNet kernels in f32 only (mm_* kernels).
+two read packed f16 activations (mmh* kernels), as in the forward pass; ssm_out's input comes
+from the DeltaNet kernels in f32 (mm_* kernels), and once more packed (what the branch
+`packed-mixer-out` gives it: the same weight, so the two differ only in the activations).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ PRODUCTS = [  # name, format, rows, cols, packed activations
     ("ffn_gate+up", weights.Q4_K, 34816, 5120, True),
     ("ffn_down", weights.Q6_K, 5120, 17408, True),
     ("ssm_out", weights.Q4_K, 5120, 6144, False),
+    ("ssm_out packed", weights.Q4_K, 5120, 6144, True),
 ]
 
 
