@@ -404,8 +404,8 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
 
 
 def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
-    """Op-kernel variants (KernelDims fields, e.g. "att_core_chunk=16+att_splits=32" or
-    "dn_fuse_rows=0"): whole steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500
+    """Op-kernel variants (KernelDims fields joined by +, e.g. "att_core_chunk=16+att_splits=32";
+    "" for the defaults): whole steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500
     (attention's CUDA-core kernel at its deepest) and 8,192 (the tensor cores), a 512-row prompt
     chunk, and at 1 row and 4 slots the attention and the DeltaNet kernels each alone (every
     other kind of op left out), and attn_prep alone."""

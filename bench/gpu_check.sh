@@ -100,6 +100,12 @@ gpu_pytest() {
   python3 -c "from engine.cuda import build; build.matmul_module()" &
   python3 -c "from engine.cuda import build; build.matmul_module(build.MatmulConfig(turns=False))" &
   wait
+  gpu_pytest_built "$limit" "$log" "$@"
+}
+# the same without building the product module first (a run that has it in the kernel cache)
+gpu_pytest_built() {
+  local limit=$1 log=$2
+  shift 2
   timeout "$limit" python3 -m pytest -q -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
 }
 # OpenJet's server alone through bench/parallel.py: limit (s), result file, log file, then
@@ -137,8 +143,7 @@ if [ "$MODE" = keys ]; then  # MatmulConfig switches KEYS on and off as whole st
     --keys "${KEYS:?KEYS: MatmulConfig fields, comma-separated}" --rows "${ROWS:-1,4}" \
     --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
   # TESTS: a pytest -k expression over tests/gpu (the product module is in the kernel cache now)
-  [ -z "${TESTS:-}" ] || timeout "${PYTEST_S:-120}" python3 -m pytest -q -n "${WORKERS:-8}" \
-    -p no:cacheprovider -o addopts="" tests/gpu -rf -k "$TESTS" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -8
+  [ -z "${TESTS:-}" ] || gpu_pytest_built "${PYTEST_S:-120}" pytest.log tests/gpu -rf -k "$TESTS" "$@" | tail -8
 fi
 if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the device has it)
   timeout "${NCU_S:-400}" ncu --clock-control none -k regex:mm --section SpeedOfLight \
