@@ -308,6 +308,8 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # of different formats as two launches (before v26)
     {"swiglu_epilogue": False},
     {"pair_products": False},
+    # the mixer outputs' products on f32 rows (before the eighteenth session)
+    {"packed_mixer_out": False},
 ]
 
 

@@ -504,9 +504,11 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS)
 // y = (merged softmax-weighted V) * sigmoid(gate), splits combined in split order.
 // grid (T, ATT_HKV, ATT_GROUP), block 256: one query head per CTA, so the loads over the splits
 // run in that many more CTAs (the 27B at one row: 24, where one per KV head was 4, and each
-// thread looped over 6 outputs; 0.15 ms per step).  y: f32 [T][ATT_HQ*ATT_D]
+// thread looped over 6 outputs; 0.15 ms per step).  y: f32 [T][ATT_HQ*ATT_D]; yh (may be null):
+// the same values packed for the output product (`store_packed_half`), this launch's row t being
+// row r0 + t of a pass whose packed rows go in groups of 2^lg
 extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* part_o,
-                                      const float* part_ml, float* y) {
+                                      const float* part_ml, float* y, u16* yh, int lg, int r0) {
     oj_grid_dep_early();
     const int t = blockIdx.x, u = blockIdx.y, g = blockIdx.z;
     const size_t part0 = ((size_t)t * ATT_HKV + u) * ATT_SPLITS;
@@ -527,6 +529,8 @@ extern "C" __global__ void attn_merge(const float* qg, int ldp, const float* par
         for (int k = 0; k < ATT_SPLITS; ++k)
             O += part_o[((part0 + k) * ATT_GROUP + g) * ATT_D + d] * f[k];
         const float gate = qg[(size_t)t * ldp + h * 2 * ATT_D + ATT_D + d];
-        y[(size_t)t * ATT_HQ * ATT_D + h * ATT_D + d] = (O / L) * sigmoid_f(gate);
+        const float v = (O / L) * sigmoid_f(gate);
+        y[(size_t)t * ATT_HQ * ATT_D + h * ATT_D + d] = v;
+        if (yh) store_packed_half(yh, r0 + t, h * ATT_D + d, ATT_HQ * ATT_D, lg, v);
     }
 }

@@ -184,6 +184,10 @@ class MatmulConfig:
     # decode passes run a mixer's two input products of different types (PAIRED_TYPES) in one
     # launch (kernels.matmul_pair); False: one launch each (same bits)
     pair_products: bool = True
+    # the mixers' outputs (the DeltaNet gated norm's, attention's merged rows) also written
+    # packed, so the output products read f16 rows instead of converting f32 ones in every CTA
+    # (forward.mixer_out_packed); False: f32 only (same bits)
+    packed_mixer_out: bool = True
 
     def defines(self) -> tuple[str, ...]:
         return (

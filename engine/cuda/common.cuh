@@ -86,6 +86,11 @@ OJ_DEV size_t packed_at(int r, int e, int ld, int lg) {
 }
 // lg of a pass of `rows` rows (kernels.packed_group): for kernels that find it from the row count.
 OJ_DEV int packed_group(int rows) { return rows <= 1 ? 0 : rows <= 4 ? 2 : 3; }
+// One element e of row r into a packed buffer, where `pack_b` would put it (its quad's x0 x2 x1
+// x3 order) with the same rounding: for producers whose threads hold single elements.
+OJ_DEV void store_packed_half(u16* yh, int r, int e, int ld, int lg, float v) {
+    yh[packed_at(r, e & ~3, ld, lg) + (((e & 1) << 1) | ((e >> 1) & 1))] = f2h(v);
+}
 OJ_DEV u32 hadd2(u32 a, u32 b) {
     u32 d;
     asm("{ add.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));

@@ -77,9 +77,10 @@ OJ_DEV void conv_commit_channel(const float* mix, int ldm, float* st, int C, int
 }
 
 // The gated RMSNorm of one value head's DN_DV outputs in each of a segment's rows, one warp per
-// row: y = y / rms(y) * ssm_norm * silu(z), in place.
+// row: y = y / rms(y) * ssm_norm * silu(z), in place; yh (may be null): the same values packed
+// for the output product (`store_packed_half`, rows in groups of 2^lg, HV * DN_DV per row).
 OJ_DEV void dn_gate_norm_rows(float* y, const float* z, int ldz, const float* ssm_norm, int HV,
-                              int j, int t0, int nrows) {
+                              int j, int t0, int nrows, u16* yh, int lg) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr int PER_LANE = DN_DV / 32;
     for (int r = warp; r < nrows; r += blockDim.x >> 5) {
@@ -95,7 +96,9 @@ OJ_DEV void dn_gate_norm_rows(float* y, const float* z, int ldz, const float* ss
 #pragma unroll
         for (int e = 0; e < PER_LANE; ++e) {
             const int col = lane + 32 * e;
-            yr[col] = ov[e] * inv * ssm_norm[col] * silu_f(z[t * ldz + j * DN_DV + col]);
+            const float v = ov[e] * inv * ssm_norm[col] * silu_f(z[t * ldz + j * DN_DV + col]);
+            yr[col] = v;
+            if (yh) store_packed_half(yh, (int)t, j * DN_DV + col, HV * DN_DV, lg, v);
         }
     }
 }
@@ -127,11 +130,11 @@ static_assert(DN_DV % DN_CB == 0, "dn_recur_split: DN_CB divides the value head"
         const int *seg_slot, const int *seg_start, const int *seg_rows, const int *seg_commit,   \
         int HV, long long u_lstride, long long g_lstride, long long p_lstride,                   \
         long long st_lstride, const float *mix, int ldm, float *conv_st, const int *seg_keep,    \
-        long long mix_lstride, long long cst_lstride
+        long long mix_lstride, long long cst_lstride, u16 *yh, int lg
 #define DN_RECUR_ARGS                                                                           \
     u, z, ldz, beta, alpha, ldg, ssm_a, dt_bias, ssm_norm, state, y, seg_slot, seg_start,       \
         seg_rows, seg_commit, HV, u_lstride, g_lstride, p_lstride, st_lstride, mix, ldm, conv_st, \
-        seg_keep, mix_lstride, cst_lstride
+        seg_keep, mix_lstride, cst_lstride, yh, lg
 template <int CB>
 OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
     constexpr int NCB = DN_DV / CB;
@@ -241,7 +244,7 @@ OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
         // row-to-row critical path (a block-wide sum per row inside the loop cost two more
         // barriers per row), reading the raw outputs back (same block)
         __syncthreads();
-        dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, j, t0, nrows);
+        dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, j, t0, nrows, yh, lg);
     }
     if (seg_commit[s]) {
 #pragma unroll
@@ -249,8 +252,10 @@ OJ_DEV void dn_recur_cols(DN_RECUR_PARAMS) {
     }
 }
 
-// (dn_recur_cols waits for the kernel before it itself, after its state loads)
-extern "C" __global__ void __launch_bounds__(2 * DN_DV) dn_recur(DN_RECUR_PARAMS) {
+// (dn_recur_cols waits for the kernel before it itself, after its state loads.) Two CTAs per
+// SM at most 128 registers a thread: at 130 (ptxas' choice with the packed output's stores) one
+// 256-thread CTA filled an SM's registers, and four slots' 192 heads would take two waves.
+extern "C" __global__ void __launch_bounds__(2 * DN_DV, 2) dn_recur(DN_RECUR_PARAMS) {
     dn_recur_cols<DN_DV>(DN_RECUR_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(2 * DN_CB) dn_recur_split(DN_RECUR_PARAMS) {
@@ -260,8 +265,9 @@ extern "C" __global__ void __launch_bounds__(2 * DN_CB) dn_recur_split(DN_RECUR_
 // dn_recur_split's gated RMSNorm (dn_recur's arithmetic, in place). grid (HV, segments),
 // block 256.
 extern "C" __global__ void dn_gate_norm(float* y, const float* z, int ldz, const float* ssm_norm,
-                                        const int* seg_start, const int* seg_rows, int HV) {
+                                        const int* seg_start, const int* seg_rows, int HV,
+                                        u16* yh, int lg) {
     oj_grid_dep_early();
     const int s = blockIdx.y;
-    dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, blockIdx.x, seg_start[s], seg_rows[s]);
+    dn_gate_norm_rows(y, z, ldz, ssm_norm, HV, blockIdx.x, seg_start[s], seg_rows[s], yh, lg);
 }

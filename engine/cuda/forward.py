@@ -91,9 +91,11 @@ class Workspace(MetaViews):
         self.proj_big = cp.zeros((max_rows, P), f32)  # (long passes: no replay)
         self.u_big = cp.zeros((max_rows, C), f32)
         self.yd = cp.zeros((max_rows, d.ssm_n_v_heads * dv), f32)  # gated-norm output
+        self.ydh = cp.zeros((kernels.packed_rows(max_rows), d.ssm_n_v_heads * dv), cp.float16)
         self.pa = cp.zeros((max_rows, PA), f32)  # q+gate | k | v
         self.qn = cp.zeros((max_rows, d.n_head, d.head_dim), f32)  # normed, rotated q
         self.ya = cp.zeros((max_rows, d.n_head * d.head_dim), f32)  # gated attention out
+        self.yah = cp.zeros((kernels.packed_rows(max_rows), d.n_head * d.head_dim), cp.float16)
         self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
         self.h = cp.zeros((max_rows, d.n_ff), f32)
         self.hh = cp.zeros((kernels.packed_rows(max_rows), d.n_ff), cp.float16)
@@ -250,6 +252,7 @@ class Forward:
         ops.dn_conv(proj, layer.conv_w, ws.conv[i], u, ws.row_slot, ws.row_first)
         zo = C + hv * d.ssm_d_state
         z, beta, alpha = proj[:, C:], proj[:, zo:], proj[:, zo + hv :]
+        yh = ws.ydh if mixer_out_packed(layer) else None
         ops.dn_recur(
             u,
             z,
@@ -265,8 +268,9 @@ class Forward:
             hv,
             commit=(proj, ws.conv[i], 0, 0),
             split=T >= DN_SPLIT_ROWS,
+            yh=yh,
         )
-        kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True)
+        kernels.matmul(layer.mixer_out, ws.yd[:T], ws.x[:T], accumulate=True, xh=yh)
 
     def _attention(self, layer: Any, T: int, shallow: bool, deep: bool) -> None:
         ws, ops, d = self.ws, self.ops, self.m.dims
@@ -280,8 +284,9 @@ class Forward:
             pa, kf, vf, layer.q_norm, layer.k_norm, ws.qn[:T], pool, *meta, d.rope_freq_base
         )
         scale, ya = d.attention_scale, ws.ya[:T]
-        ops.attention(ws.qn[:T], pa, pool, *meta, scale, ya, self.att_parts, shallow, deep)
-        kernels.matmul(layer.mixer_out, ws.ya[:T], ws.x[:T], accumulate=True)
+        yh = ws.yah if mixer_out_packed(layer) else None
+        ops.attention(ws.qn[:T], pa, pool, *meta, scale, ya, self.att_parts, shallow, deep, yh)
+        kernels.matmul(layer.mixer_out, ws.ya[:T], ws.x[:T], accumulate=True, xh=yh)
 
     def head(self, T: int, M: int) -> None:
         """LM head over the M gathered rows (ws.sample_idx) of a pass of T rows into ws.logits."""
@@ -397,6 +402,12 @@ def _input_products(parts: list[Any], a: Any, ah: Any, out: Any) -> None:
         return
     for p in parts:
         kernels.matmul(p.weight, a, out[:, p.offset : p.offset + p.weight.rows], xh=ah)
+
+
+def mixer_out_packed(layer: Any) -> bool:
+    """Whether the layer's mixer writes its output packed too, for its output product to read
+    (MatmulConfig.packed_mixer_out; the exact f32 product of f32 weights reads f32 rows)."""
+    return build.MATMUL_CONFIG.packed_mixer_out and layer.mixer_out.ggml_type != F32
 
 
 def _swiglu_in_product(layer: Any, T: int) -> bool:

@@ -327,6 +327,7 @@ class Ops:
         strides: tuple[int, int, int, int] = (0, 0, 0, 0),
         commit: tuple[Any, Any, int, int] | None = None,
         split: bool = False,
+        yh: Any = None,
     ) -> None:
         """Delta rule per value head over each segment's seg[2] rows; the state is written back
         where seg[3] != 0; y = None replays without output.  seg: i32 [5][S] = slot, start,
@@ -334,8 +335,10 @@ class Ops:
         [slots][hv][dk][dv]; y [T][hv*dv]. commit = (mix, conv_st, mix_lstride, st_lstride):
         also the conv state after each segment's first seg[4] rows (mix: f32 [.][ldm >= C] view
         of the pre-conv rows, conv_st [slots][3][C]; strides between layers, elements). split:
-        dn_cb state columns per block (dn_recur_split, for long segments: same results)."""
+        dn_cb state columns per block (dn_recur_split, for long segments: same results). yh:
+        y also packed for the output product (`pack_activations` of a pass of y's rows)."""
         yptr = y if y is not None else np.uintp(0)
+        packed = self._packed_output(yh, y, "dn_recur")
         if commit is None:
             conv: tuple[Any, ...] = (np.uintp(0), _i32(0), np.uintp(0), np.int64(0), np.int64(0))
         else:
@@ -375,12 +378,26 @@ class Ops:
                 *conv[:3],
                 seg[4],
                 *conv[3:],
+                *packed,
             ),
         )
         if norm_apart:
             ldz = _i32(z.strides[0] // 4)
-            args = (y, z, ldz, ssm_norm, seg[1], seg[2], _i32(hv))
+            args = (y, z, ldz, ssm_norm, seg[1], seg[2], _i32(hv), *packed)
             self._fn("dn_gate_norm")((hv, n_seg), (256,), args)
+
+    @staticmethod
+    def _packed_output(yh: Any, y: Any, what: str) -> tuple[Any, Any]:
+        """(yh or null, lg): a producer's packed copy of y's rows (a whole pass), checked."""
+        if yh is None:
+            return np.uintp(0), _i32(0)
+        _check(y is not None, f"{what}: a packed copy needs outputs")
+        T, K = y.shape
+        _check(
+            _packed(yh, T, K, what)[1] == K and y.strides == (4 * K, 4),
+            f"{what}: y and its packed copy must be contiguous rows of {K}",
+        )
+        return yh, _i32(packed_group(T))
 
     def attn_prep(
         self,
@@ -437,13 +454,15 @@ class Ops:
         shape = (rows, d.att_hkv, d.att_splits, d.att_hq // d.att_hkv)
         return cp.zeros((*shape, d.att_d), cp.float32), cp.zeros((*shape, 2), cp.float32)
 
-    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any], shallow: bool = True, deep: bool = True) -> None:  # fmt: skip
+    def attention(self, q: Any, qg: Any, pool: tuple[Any, Any, Any, Any], page_table: Any, row_slot: Any, row_pos: Any, scale: float, y: Any, parts: tuple[Any, Any], shallow: bool = True, deep: bool = True, yh: Any = None) -> None:  # fmt: skip
         """y = softmax(q K^T) V * sigmoid(gate) over positions 0..row_pos, split over the context
         in att_splits CTAs then merged, parts.shape[0] rows per launch.  q: f32 [T][hq][d];
         y: f32 [T][hq*d]; parts from attention_parts(). With the tensor-core kernel, rows below
         position att_core_below run attn_decode; shallow = False promises there are none, deep
-        = False that there are none at or past it (attention_launches)."""
+        = False that there are none at or past it (attention_launches). yh: y also packed for the
+        output product (`pack_activations` of the pass's T rows)."""
         T, hkv, group = q.shape[0], self.dims.att_hkv, parts[0].shape[0]
+        yh, lg = self._packed_output(yh, y[:T], "attention")
         ld = _i32(qg.strides[0] // 4)
         kernel, below = self.attention_kernel, self.dims.att_core_below
         launches = attention_launches(kernel, below, shallow, deep)
@@ -453,7 +472,7 @@ class Ops:
             for name, lo, hi in launches:
                 args = (q[r0:r1], *pool, *meta, np.float32(scale), *parts, _i32(lo), _i32(hi))
                 self._fn(name)((r1 - r0, hkv, self.dims.att_splits), (128,), args)
-            merge = (qg[r0:r1], ld, *parts, y[r0:r1])
+            merge = (qg[r0:r1], ld, *parts, y[r0:r1], yh, lg, _i32(r0))
             self._fn("attn_merge")((r1 - r0, hkv, self.dims.att_hq // hkv), (256,), merge)
 
     def sample(

@@ -139,8 +139,7 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
             if (row0 + 16 * m < n_out && r < nrows) {
                 const float g = warp_order_sum(j, ln), u = warp_order_sum(j + 2, ln);
                 const int f = (row0 + 16 * m) / 2 + (ln >> 2);  // the feature of h
-                const int slot = ((f & 1) << 1) | ((f >> 1) & 1);  // pack_b's x0 x2 x1 x3
-                hh[packed_at(rbase + r, f & ~3, ldy, lg) + slot] = f2h(silu_f(g) * u);
+                store_packed_half(hh, rbase + r, f, ldy, lg, silu_f(g) * u);
             }
         }
         return;

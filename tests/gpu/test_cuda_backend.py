@@ -399,8 +399,9 @@ def test_overlapped_launches_give_the_same_bits(models: dict[str, Path]) -> None
 def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
     """Decode passes and prompt chunks on the row kernels finish SwiGLU in the gate|up product
     (kernels.matmul_swiglu) and run a mixer's two input products of different types in one
-    launch (kernels.matmul_pair); chunks on the tiled kernel, and every pass with
-    MatmulConfig.swiglu_epilogue or pair_products off, launch them apart. Logits and greedy
+    launch (kernels.matmul_pair), and the mixers write their outputs packed for the output
+    products; chunks on the tiled kernel, and every pass with MatmulConfig.swiglu_epilogue,
+    pair_products or packed_mixer_out off, do without. Logits and greedy
     tokens are the same bit for bit every way, and a prompt's tokens do not depend on which
     way its chunks took."""
     from engine.cuda import build
@@ -409,7 +410,8 @@ def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
     prompt = _prompt(77, 300, gguf.config.n_vocab)
     saved, runs = build.MATMUL_CONFIG, []
     try:
-        for fields in ({}, {"swiglu_epilogue": False}, {"pair_products": False}):
+        ways: list[dict[str, bool]] = [{}, {"swiglu_epilogue": False}, {"pair_products": False}]
+        for fields in [*ways, {"packed_mixer_out": False}]:
             build.MATMUL_CONFIG = replace(saved, **fields)
             backend = CudaBackend(from_gguf(gguf), n_slots=2, kv_tokens=4096, max_rows=512)
             layers = backend.fwd.m.layers

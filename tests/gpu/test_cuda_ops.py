@@ -17,7 +17,7 @@ from engine import sampling
 from engine.backend import SamplingParams
 from engine.cuda.build import KernelDims
 from engine.cuda.forward import penalty_lists, sampling_rows
-from engine.cuda.kernels import Ops
+from engine.cuda.kernels import Ops, packed_rows, unpack_activations
 from engine.reference_ops import rms_norm, rope_neox_partial, sigmoid, silu
 from engine.reference_weights import DeltaNetWeights
 
@@ -62,7 +62,7 @@ def test_rmsnorm_and_swiglu_packed_outputs_are_their_f32_outputs_packed() -> Non
     columns (n < row width) leaves the rest unwritten."""
     import cupy as cp
 
-    from engine.cuda.kernels import pack_activations, unpack_activations
+    from engine.cuda.kernels import pack_activations
 
     ops = Ops(SMALL)
     rng = np.random.default_rng(2)
@@ -126,7 +126,7 @@ def test_gather_packed_moves_whole_rows_between_groups(n_src: int, picks: list[i
     and 8 rows in, 1, 4 and 8 out), repeats allowed."""
     import cupy as cp
 
-    from engine.cuda.kernels import pack_activations, unpack_activations
+    from engine.cuda.kernels import pack_activations
 
     ops = Ops(SMALL)
     rng = np.random.default_rng(3)
@@ -164,9 +164,9 @@ def _deltanet_case(dims: KernelDims, hv: int) -> dict[str, Any]:
     )
 
 
-def _deltanet_run(dims: KernelDims, hv: int, case: dict[str, Any], split: bool) -> tuple[Any, Any, Any, Any]:  # fmt: skip
-    """dn_conv, the pass of both segments (dn_recur_split if split), then the replay of slot 3:
-    (u, y, state, conv)."""
+def _deltanet_run(dims: KernelDims, hv: int, case: dict[str, Any], split: bool) -> tuple[Any, Any, Any, Any, Any]:  # fmt: skip
+    """dn_conv, the pass of both segments (dn_recur_split if split; y also packed), then the
+    replay of slot 3: (u, y, state, conv, packed y)."""
     import cupy as cp
 
     ops = Ops(dims)
@@ -175,12 +175,13 @@ def _deltanet_run(dims: KernelDims, hv: int, case: dict[str, Any], split: bool) 
     d_mix, d_st, d_state = _dev(case["mix"]), _dev(case["conv_st"]), _dev(case["state"])
     u = cp.full((T, C), np.nan, dtype=cp.float32)
     y = cp.full((T, hv * dims.dn_dk), np.nan, dtype=cp.float32)
+    yh = cp.full((packed_rows(T), hv * dims.dn_dk), np.nan, dtype=cp.float16)
     ops.dn_conv(d_mix, _dev(case["conv_w"]), d_st, u, _dev(case["row_slot"]), _dev(case["row_first"]))  # fmt: skip
     ssm_a, dt_bias, ssm_norm = _dev(case["ssm_a"]), _dev(case["dt_bias"]), _dev(case["ssm_norm"])
     args = (_dev(case["z"]), _dev(beta), _dev(alpha), ssm_a, dt_bias, ssm_norm, d_state)
-    ops.dn_recur(u, *args, y, _dev(case["seg"]), 2, hv, commit=(d_mix, d_st, 0, 0), split=split)
+    ops.dn_recur(u, *args, y, _dev(case["seg"]), 2, hv, commit=(d_mix, d_st, 0, 0), split=split, yh=yh)  # fmt: skip
     ops.dn_recur(u, *args, None, _dev(case["replay"]), 1, hv, commit=(d_mix, d_st, 0, 0), split=split)  # fmt: skip
-    return u, y, d_state, d_st
+    return u, y, d_state, d_st, yh
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -197,7 +198,9 @@ def test_deltanet_conv_recurrence_commit_and_replay(dims: KernelDims, hv: int, s
     shape, mix, conv_st, conv_w = case["shape"], case["mix"], case["conv_st"], case["conv_w"]
     z, (beta, alpha), state, ssm_norm = case["z"], case["beta_alpha"], case["state"], case["ssm_norm"]  # fmt: skip
     dk = dims.dn_dk
-    u, y, d_state, d_st = _deltanet_run(dims, hv, case, split)
+    u, y, d_state, d_st, yh = _deltanet_run(dims, hv, case, split)
+    T = y.shape[0]  # the output product's packed rows
+    assert cp.array_equal(unpack_activations(yh, T)[:T], y.astype(cp.float16))
 
     unused = np.zeros((1, 1), np.float32)  # projections: not read by gates()
     weights = DeltaNetWeights(qkv=unused, z=unused, conv=conv_w, dt_bias=case["dt_bias"], a=case["ssm_a"], beta=unused, alpha=unused, norm=ssm_norm, out=unused)  # fmt: skip
@@ -300,6 +303,13 @@ def test_attention_over_paged_q8_pool(dims: KernelDims) -> None:
     ops.attn_prep(d_qg, d_kf, d_vf, _dev(q_norm), _dev(k_norm), q, pool, *args, base)
     scale = 1.0 / np.sqrt(d)
     ops.attention(q, d_qg, pool, *args, scale, y, ops.attention_parts(T))
+    # launches of 5 rows, with the packed copy for the output product: the same y, and the
+    # packed rows of the whole pass (each launch's rows at their place in it)
+    y5 = cp.full((T, hq * d), np.nan, dtype=cp.float32)
+    yh = cp.full((packed_rows(T), hq * d), np.nan, dtype=cp.float16)
+    ops.attention(q, d_qg, pool, *args, scale, y5, ops.attention_parts(5), yh=yh)
+    assert cp.array_equal(y5, y)
+    assert cp.array_equal(unpack_activations(yh, T)[:T], y.astype(cp.float16))
 
     start = 0
     for n in lengths:

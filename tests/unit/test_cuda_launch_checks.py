@@ -48,3 +48,21 @@ def test_matmul_pair_takes_two_formats_it_has_a_kernel_for_into_separate_columns
         kernels.matmul_pair(((q4, 0), (q6, 56)), x[:2], _packed(2), y)
     with pytest.raises(kernels.LaunchError, match="overlap"):
         kernels.matmul_pair(((q4, 0), (q6, 24)), x[:2], _packed(2), y)
+
+
+def test_a_mixers_packed_output_must_be_a_whole_pass_of_its_rows() -> None:
+    """Ops.dn_recur / Ops.attention's packed copy of y (for the output product): f16 rows of
+    exactly y's width, enough of them for the pass, beside contiguous f32 outputs."""
+    y, yh = np.zeros((5, 32), np.float32), np.zeros((kernels.packed_rows(5), 32), np.float16)
+    ptr, lg = kernels.Ops._packed_output(yh, y, "dn_recur")
+    assert ptr is yh and int(lg) == kernels.packed_group(5)
+    null, _ = kernels.Ops._packed_output(None, None, "dn_recur")
+    assert int(null) == 0
+    with pytest.raises(kernels.LaunchError, match="needs outputs"):
+        kernels.Ops._packed_output(yh, None, "dn_recur")
+    with pytest.raises(kernels.LaunchError, match="contiguous"):
+        kernels.Ops._packed_output(np.zeros((8, 64), np.float16), y, "attention")
+    with pytest.raises(kernels.LaunchError, match="packed activations"):
+        kernels.Ops._packed_output(yh[:4], y, "attention")
+    with pytest.raises(kernels.LaunchError, match="contiguous"):
+        kernels.Ops._packed_output(yh, np.zeros((5, 64), np.float32)[:, :32], "attention")
