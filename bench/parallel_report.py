@@ -83,7 +83,8 @@ def report(info: dict[str, Any]) -> dict[str, Any]:
             threshold, higher = GOALS[label]
             met = ours >= threshold if higher else ours <= threshold
             goals.append({"figure": label, "openjet": ours, "goal": threshold, "met": met})
-            print(f"goal {'met' if met else 'NOT met'}: {label} = {ours:.3g} (goal {threshold})")
+            # four digits: 125.94 against a goal of 126 printed as "126" read as a contradiction
+            print(f"goal {'met' if met else 'NOT met'}: {label} = {ours:.4g} (goal {threshold})")
     return {
         "rows": [dict(zip(ROW_KEYS, row, strict=True)) for row in lines],
         "goals": goals,
