@@ -405,6 +405,13 @@ def context_sweep(backend: Any, variants: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def dims_settings(arg: str) -> list[str]:
+    """The settings of --dims (comma-separated), the defaults ("") first unless named: each
+    variant is timed beside the defaults in the same run, as --keys does for MatmulConfig."""
+    settings = arg.split(",")
+    return settings if "" in settings else ["", *settings]
+
+
 def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
     """Op-kernel variants (KernelDims fields joined by +, e.g. "att_core_chunk=16+att_splits=32";
     "" for the defaults): whole steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500
@@ -532,7 +539,8 @@ def main() -> int:
     )
     parser.add_argument(
         "--dims",
-        help="op-kernel settings to sweep, comma-separated (KernelDims fields joined by +)",
+        help="op-kernel settings to sweep beside the defaults, comma-separated (KernelDims "
+        "fields joined by +)",
     )
     parser.add_argument(
         "--deltanet",
@@ -596,7 +604,7 @@ def main() -> int:
             info["pdl"] = pdl_sweep(backend, rows)
             return save(info, args.json)
         if args.dims is not None:  # the sweep alone, then stop
-            info["dims"] = dims_sweep(backend, args.dims.split(","))
+            info["dims"] = dims_sweep(backend, dims_settings(args.dims))
             return save(info, args.json)
         if args.contexts:  # the sweep alone, then stop
             info["contexts"] = context_sweep(backend, args.contexts.split(","))

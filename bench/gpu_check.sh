@@ -17,8 +17,8 @@
 #                                    (default 1,4): each product kernel's DRAM share, waves,
 #                                    occupancy and warp stalls (~3 min)
 #   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
-#                                    fields, as whole steps) [and --deltanet "$DELTANET"], then the
-#                                    op and backend bit tests
+#                                    fields, as whole steps beside the defaults) [and --deltanet
+#                                    "$DELTANET"], then the op and backend bit tests
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
 #   probes                           probe, then chain, in one call (~4-5 min)

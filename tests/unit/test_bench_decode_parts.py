@@ -56,3 +56,11 @@ def test_breakdown_and_alone_time_each_kind_of_op(monkeypatch: pytest.MonkeyPatc
     assert decode.alone(timed, backend) == KINDS
     for name, fn in originals.items():  # every launcher put back
         assert getattr(owner(name), name) is fn
+
+
+def test_dims_settings_time_the_defaults_first_unless_named() -> None:
+    """--dims dn_cb=16 alone once timed no baseline (v29e); the defaults now come first."""
+    assert decode.dims_settings("dn_cb=16") == ["", "dn_cb=16"]
+    assert decode.dims_settings("dn_cb=16,att_splits=32") == ["", "dn_cb=16", "att_splits=32"]
+    assert decode.dims_settings(",dn_cb=16") == ["", "dn_cb=16"]
+    assert decode.dims_settings("dn_cb=16,") == ["dn_cb=16", ""]
