@@ -308,7 +308,7 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # of different formats as two launches (before v26)
     {"swiglu_epilogue": False},
     {"pair_products": False},
-    # the mixer outputs' products on f32 rows (before the eighteenth session)
+    # the mixer outputs' products on f32 rows (before v29a)
     {"packed_mixer_out": False},
 ]
 

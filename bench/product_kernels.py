@@ -5,10 +5,10 @@ hardware counters (the device has Nsight Compute):
       python3 bench/product_kernels.py [--rows 1,4,12]
 
 Products: ffn_gate+up (Q4_K, 34816 x 5120), ffn_down (Q6_K, 5120 x 17408) and ssm_out (Q4_K,
-5120 x 6144), each at 1, 4 and 12 activation rows (random weights made on the GPU). The first
-two read packed f16 activations (mmh* kernels), as in the forward pass; ssm_out's input comes
-from the DeltaNet kernels in f32 (mm_* kernels), and once more packed (what the branch
-`packed-mixer-out` gives it: the same weight, so the two differ only in the activations).
+5120 x 6144), each at 1, 4 and 12 activation rows (random weights made on the GPU), on packed
+f16 activations (mmh* kernels) as in the forward pass; ssm_out also on f32 rows (mm_* kernels,
+what MatmulConfig.packed_mixer_out off gives it: the same weight, so the two differ only in the
+activations).
 """
 
 from __future__ import annotations

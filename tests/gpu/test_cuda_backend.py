@@ -401,17 +401,21 @@ def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
     (kernels.matmul_swiglu) and run a mixer's two input products of different types in one
     launch (kernels.matmul_pair), and the mixers write their outputs packed for the output
     products; chunks on the tiled kernel, and every pass with MatmulConfig.swiglu_epilogue,
-    pair_products or packed_mixer_out off, do without. Logits and greedy
-    tokens are the same bit for bit every way, and a prompt's tokens do not depend on which
-    way its chunks took."""
+    pair_products or packed_mixer_out off, do without. Logits and greedy tokens are the same
+    bit for bit every way, and a prompt's tokens do not depend on which way its chunks took."""
     from engine.cuda import build
 
     gguf = open_gguf(models["q4_k_m"])
     prompt = _prompt(77, 300, gguf.config.n_vocab)
     saved, runs = build.MATMUL_CONFIG, []
     try:
-        ways: list[dict[str, bool]] = [{}, {"swiglu_epilogue": False}, {"pair_products": False}]
-        for fields in [*ways, {"packed_mixer_out": False}]:
+        ways: list[dict[str, bool]] = [
+            {},
+            {"swiglu_epilogue": False},
+            {"pair_products": False},
+            {"packed_mixer_out": False},
+        ]
+        for fields in ways:
             build.MATMUL_CONFIG = replace(saved, **fields)
             backend = CudaBackend(from_gguf(gguf), n_slots=2, kv_tokens=4096, max_rows=512)
             layers = backend.fwd.m.layers
