@@ -310,6 +310,9 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"pair_products": False},
     # the mixer outputs' products on f32 rows (before v29a)
     {"packed_mixer_out": False},
+    # narrow products on the `_1` kernels like the others, not the deep `_1d` ones (v30d:
+    # bench/tma_probe.py's Q4_K pass at one row was 3 % faster so)
+    {"deep_narrow": False},
 ]
 
 

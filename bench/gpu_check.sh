@@ -22,6 +22,8 @@
 #   probe                            bench/int_dot_probe.py: Q4_K products on dp4a / int8 planes
 #                                    against the engine's kernels (a probe, ~2 min)
 #   probes                           probe, then chain, in one call (~4-5 min)
+#   tma                              bench/tma_probe.py: the Q4_K row product fed by bulk copies into
+#                                    a ring in shared memory against the engine's kernels (~3 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
@@ -166,6 +168,11 @@ if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit
 fi
 if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questions in one call
   bash "$0" probe; bash "$0" chain
+  exit $?
+fi
+if [ "$MODE" = tma ]; then
+  timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --rows "${ROWS:-1,4}" --json "$OUT/tma.json" \
+    ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/tma.log"
   exit $?
 fi
 if [ "$MODE" = probe ]; then

@@ -238,6 +238,7 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     reduce_store<MT, NT>(red, acc, W.rows, Y, ldy, row0, rbase, nrows, R, accumulate);
 }
 
+#ifndef OJ_MM_DEVICE_ONLY  // bench probes include the device functions alone
 // F32 weights (the tiny DeltaNet beta/alpha projections of every mix, and whole f32 models):
 // plain f32 FMAs, so an f32 model's products are as exact as the reference's. A warp owns one
 // weight row and 8 activation rows (grid: rows/4 x R/8); lane l sums k = 4l + 128j in order,
@@ -275,6 +276,8 @@ extern "C" __global__ void __launch_bounds__(128)
         }
     }
 }
+
+#endif
 
 #define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
@@ -342,11 +345,13 @@ extern "C" __global__ void __launch_bounds__(128)
     OJ_MM_ONE(OJ_MM_KERNEL, mmh1_##TYPE, 0, FRAG)    \
     OJ_MM_ONE(OJ_MM_KERNEL, mmh4_##TYPE, 2, FRAG)
 
+#ifndef OJ_MM_DEVICE_ONLY
 OJ_MM_ALL_NT(q4_k, FragQ4K)
 OJ_MM_ALL_NT(q5_k, FragQ5K)
 OJ_MM_ALL_NT(q6_k, FragQ6K)
 OJ_MM_ALL_NT(q8_0, FragQ8_0)
 OJ_MM_ALL_NT(f16, FragF16)
+#endif
 
 // mmp_ / mmp1_ / mmp4_<a>_<b>_<NT>: the pairs, on packed activations in groups of 8 / 1 / 4 as
 // mmh_ / mmh1_ / mmh4_, with the same tilings; for the pairs of formats of the K-quant mixes
@@ -356,9 +361,11 @@ OJ_MM_ALL_NT(f16, FragF16)
     OJ_MM_ONE(OJ_MM_PAIR_KERNEL, mmp1_##A##_##B, 0, FA, FB)       \
     OJ_MM_ONE(OJ_MM_PAIR_KERNEL, mmp4_##A##_##B, 2, FA, FB)
 
+#ifndef OJ_MM_DEVICE_ONLY
 OJ_MM_PAIRS(q4_k, q5_k, FragQ4K, FragQ5K)
 OJ_MM_PAIRS(q4_k, q6_k, FragQ4K, FragQ6K)
 OJ_MM_PAIRS(q5_k, q6_k, FragQ5K, FragQ6K)
+#endif
 
 // Many rows (prefill): a tiled product. A CTA of GM warps owns 16*GM weight rows (GM m-tiles)
 // x 64 activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into
@@ -493,12 +500,15 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     OJ_MMG_KERNEL(mmgh_##NAME, FRAG, 4, 2, 3)   \
     OJ_MMG_KERNEL(mmg8h_##NAME, FRAG, 8, 1, 3)
 
+#ifndef OJ_MM_DEVICE_ONLY
 OJ_MMG_BOTH(q4_k, FragQ4K)
 OJ_MMG_BOTH(q5_k, FragQ5K)
 OJ_MMG_BOTH(q6_k, FragQ6K)
 OJ_MMG_BOTH(q8_0, FragQ8_0)
 OJ_MMG_BOTH(f16, FragF16)
+#endif
 
+#ifndef OJ_MM_DEVICE_ONLY
 // Dequantized rows of a weight (the token embedding gather, and tests of the formats).
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]
 extern "C" __global__ void embed_rows(const u8* p0, const u8* p1, const u8* p2, const u8* p3,
@@ -509,3 +519,4 @@ extern "C" __global__ void embed_rows(const u8* p0, const u8* p1, const u8* p2, 
     for (int k = threadIdx.x; k < cols; k += blockDim.x)
         out[(size_t)t * cols + k] = wget(W, type, row, k);
 }
+#endif

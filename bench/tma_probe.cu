@@ -1,0 +1,143 @@
+// A probe, not an engine path (bench/tma_probe.py): the Q4_K row product of matmul.cu
+// (`wmat_rows` with FragQ4K, one m-tile and one n-tile per warp: mmh1_/mmh4_q4_k_1) fed by the
+// bulk-copy engine (cp.async.bulk, sm_90+) instead of the warps' own global loads.
+//
+// Why: Nsight Compute has the engine's row products at 55-58 % of DRAM with their warps
+// waiting on the weight loads (bench/NOTES.md v15f, v29c). Each warp keeps one super-block
+// (2,304 bytes of a 16-row tile) in flight in registers, so a CTA's bytes in flight are bound
+// by its registers. Here lane 0 of each warp asks the copy engine for its next TMA_D
+// super-blocks into a ring in shared memory (tile-major units make one super-block of a
+// 16-row tile one contiguous span), the warp waits on the slot's mbarrier, reads its
+// fragments from shared memory and computes exactly what wmat_rows computes: same K split
+// (warp w takes super-blocks w, w + 4, ...), same chunk order, same warp-order sum, so the
+// same bits (the probe checks them against the engine's kernel).
+//
+// Launched with one CTA per tile (grid = tiles) or persistent (grid < tiles): a CTA then walks
+// tiles blockIdx.x, + gridDim.x, ... and each warp's ring runs on across the tiles, so a tile's
+// first super-blocks are in flight while the previous tile is summed.
+#define OJ_MM_DEVICE_ONLY
+#include "matmul.cu"
+
+#define TMA_UNIT 2304  // one super-block of a 16-row Q4_K tile: 16 x 144 bytes
+
+OJ_DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+OJ_DEV void mbar_init(u64* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// one arrival that also expects `bytes` of copies to complete before the phase ends
+OJ_DEV void mbar_expect(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+OJ_DEV bool mbar_done(u64* bar, u32 parity) {
+    u32 ok;
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(ok)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+
+OJ_DEV void bulk_to_smem(void* dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
+}
+
+// FragQ4K::load from a super-block of 16 units in shared memory (row: 0..15 in the tile)
+OJ_DEV void frag_from_smem(FragQ4K& f, const u8* unit16, int row, int t) {
+    const u8* blk = unit16 + row * 144;
+    f.hdr = *(const uint4*)blk;
+    f.q0 = *(const uint4*)(blk + 16 + 16 * t);
+    f.q1 = *(const uint4*)(blk + 80 + 16 * t);
+}
+
+template <int XL, int D, bool PERSIST>
+OJ_DEV void q4k_tma_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
+                         int ldx, float* __restrict__ Y, int ldy, int R) {
+    __shared__ __align__(128) u8 ring[MM_NW][D][TMA_UNIT];
+    __shared__ __align__(8) u64 full[MM_NW][D];
+    __shared__ float red[MM_NW * 4 * 32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const int nsb = cols >> 8, tiles = (rows + 15) >> 4;
+    const int mine = warp < nsb ? (nsb - warp + MM_NW - 1) / MM_NW : 0;  // super-blocks per tile
+    const int my_tiles =
+        !PERSIST ? 1 : blockIdx.x < tiles ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    const int total = mine * my_tiles;  // this warp's super-blocks over all its tiles
+    const int nrows = min(8, R);
+
+    if (lane == 0)
+        for (int d = 0; d < D; ++d) mbar_init(&full[warp][d], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+    // the i-th super-block of this warp's walk: tile blockIdx.x + (i / mine) * gridDim.x,
+    // super-block warp + (i % mine) * MM_NW
+    // (one CTA per tile: tile blockIdx.x, super-block warp + i * MM_NW, with no division)
+    auto issue = [&](int i) {
+        const int tile = PERSIST ? blockIdx.x + (i / mine) * gridDim.x : blockIdx.x;
+        const int sb = PERSIST ? warp + (i % mine) * MM_NW : warp + i * MM_NW;
+        const u8* src = p0 + ((size_t)tile * nsb + sb) * TMA_UNIT;
+        u64* bar = &full[warp][i % D];
+        mbar_expect(bar, TMA_UNIT);
+        bulk_to_smem(ring[warp][i % D], src, TMA_UNIT, bar);
+    };
+    if (lane == 0)
+        for (int i = 0; i < D && i < total; ++i) issue(i);
+    oj_grid_dep();  // the weights depend on no earlier kernel: their copies are already asked
+
+    int i = 0;
+    for (int k = 0; k < my_tiles; ++k) {
+        const int tile = blockIdx.x + k * gridDim.x;
+        float acc[1][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}};
+        for (int m = 0; m < mine; ++m, ++i) {
+            const int slot = i % D;
+            while (!mbar_done(&full[warp][slot], (u32)(i / D) & 1u)) {
+            }
+            FragQ4K f[1][2];
+            frag_from_smem(f[0][0], ring[warp][slot], gid, t);
+            frag_from_smem(f[0][1], ring[warp][slot], 8 + gid, t);
+            __syncwarp();  // every lane has its fragments: the slot may be refilled
+            if (lane == 0 && i + D < total) issue(i + D);
+            f[0][0].prep(t);
+            f[0][1].prep(t);
+            mma_superblock<FragQ4K, 1, 1, XL>(f, acc, X, ldx, warp + m * MM_NW, nrows, gid, t);
+        }
+        reduce_store<1, 1>(red, acc, rows, Y, ldy, tile * 16, 0, nrows, R, MM_STORE);
+        __syncthreads();  // red is rewritten by the next tile
+    }
+}
+
+#define TMA_KERNEL(NAME, XL, D, MINB, PERSIST)                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        q4k_tma_rows<XL, D, PERSIST>(p0, rows, cols, X, ldx, Y, ldy, R);                          \
+    }
+
+// q4k_tma<rows: 1 = one row, 4 = 2-4 rows>_<ring depth>: one CTA per tile; *p: persistent
+TMA_KERNEL(q4k_tma1_2, 0, 2, 4, false)
+TMA_KERNEL(q4k_tma1_3, 0, 3, 4, false)
+TMA_KERNEL(q4k_tma1_4, 0, 4, 4, false)
+TMA_KERNEL(q4k_tma1_3m5, 0, 3, 5, false)  // five CTAs per SM (registers capped at 96)
+TMA_KERNEL(q4k_tma1_4p, 0, 4, 4, true)
+TMA_KERNEL(q4k_tma4_2, 2, 2, 4, false)
+TMA_KERNEL(q4k_tma4_3, 2, 3, 4, false)
+TMA_KERNEL(q4k_tma4_4p, 2, 4, 4, true)
+
+// The engine's own row kernel (wmat_rows, the Q4_K one-n-tile instantiation as mmh1_/mmh4_q4_k_1)
+// for the probe's module compiled with and without MM_EARLY2 (MatmulConfig.early2). Grid:
+// (1, tiles).
+#define ROWS_KERNEL(NAME, XL)                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        __shared__ float red[MM_NW * 4 * 32];                                                     \
+        const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};                              \
+        wmat_rows<FragQ4K, 1, 1, XL, 1>(red, W, blockIdx.y, X, ldx, Y, ldy, R, MM_STORE);         \
+    }
+ROWS_KERNEL(rows1, 0)
+ROWS_KERNEL(rows4, 2)

@@ -1,0 +1,167 @@
+"""A probe, not an engine path: the Q4_K row product fed by the bulk-copy engine into a ring of
+shared memory (bench/tma_probe.cu, sm_90+) against matmul.cu's row kernels, on the same weights:
+every Q4_K matrix of the 27B Q4_K_M trunk, and one large matrix for the steady streaming rate.
+
+Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected),
+(2) per row count the time of one graph of all Q4_K products, each way, with the achieved TB/s
+against the read bandwidth measured in the same run.
+
+    python bench/tma_probe.py [--rows 1,4] [--giant-gb 2] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import manifest, require_gpu  # noqa: E402
+from bench.decode import model_matrices, read_bandwidth, time_graph  # noqa: E402
+from engine.cuda import build, kernels, launch, weights  # noqa: E402
+
+PROBE = Path(__file__).with_name("tma_probe.cu")
+THREADS = 32 * build.MATMUL_CONFIG.nw
+# (kernel, CTAs per SM of a persistent grid; 0: one CTA per tile) for 1 row and for 2-4 rows
+VARIANTS = {
+    1: [("rows1", 0), ("rows1_early2", 0), ("q4k_tma1_2", 0), ("q4k_tma1_3", 0)],
+    4: [("rows4", 0), ("rows4_early2", 0), ("q4k_tma4_2", 0)],
+}  # fmt: skip
+
+
+def variant_name(kernel: str, per_sm: int) -> str:
+    return kernel if per_sm == 0 else f"{kernel}_p{per_sm}"
+
+
+class Probe:
+    """The probe's kernels, launched like kernels.matmul on packed activations."""
+
+    def __init__(self) -> None:
+        import cupy as cp
+
+        text = PROBE.read_text().replace(
+            '#include "matmul.cu"', build.module_source(("matmul.cu",))
+        )
+        options = ("-std=c++17", *build.MATMUL_CONFIG.defines())
+        mods = {
+            early: cp.RawModule(code=text, options=(*options, f"-DMM_EARLY2={early}"))
+            for early in (0, 1)
+        }
+        self.fns = {}
+        for name in {k for vs in VARIANTS.values() for k, _ in vs}:
+            base, early = name.removesuffix("_early2"), name.endswith("_early2")
+            self.fns[name] = launch.kernel(mods[int(early)], base)
+        self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+    def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
+        """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
+        `ctas` CTAs when given."""
+        tiles = -(-w.rows // 16)
+        grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
+        i32 = np.int32
+        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, i32(xh.shape[1]), y, i32(y.shape[1]), i32(R))  # fmt: skip
+        # the engine's wmat_rows takes its tile from grid y
+        self.fns[kernel]((1, grid) if kernel.startswith("rows") else (grid,), (THREADS,), args)
+
+
+def check(probe: Probe) -> dict[str, float]:
+    """Largest |probe - engine| per variant over a few shapes (rows not a multiple of 16, K
+    not a multiple of 4 super-blocks, persistent grids smaller than the tiles): 0 expected."""
+    import cupy as cp
+
+    out: dict[str, float] = {}
+    shapes = [(72, 768), (1000, 1280), (5120, 6144), (34816, 5120)]
+    for rows, cols in shapes:
+        w = weights.random_weight("check", weights.Q4_K, rows, cols, rows + cols)
+        for R, variants in VARIANTS.items():
+            x = cp.random.default_rng(R).standard_normal((R, cols), dtype=cp.float32)
+            xh = kernels.pack_activations(x)
+            want = cp.full((R, rows), np.nan, cp.float32)
+            kernels.matmul(w, x, want, xh=xh)
+            # and a persistent grid of 7 CTAs: every CTA walks many tiles
+            for kernel, per_sm, ctas in [
+                *((k, p, 0) for k, p in variants),
+                (variants[-1][0], 1, 7),
+            ]:
+                got = cp.full((R, rows), np.nan, cp.float32)
+                probe.product(kernel, per_sm, w, xh, got, R, ctas)
+                bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())
+                key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
+                out[key] = max(out.get(key, 0.0), bad)
+    return out
+
+
+def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float) -> dict[str, Any]:  # fmt: skip
+    """One graph of every product at R rows: the engine's kernels, then each probe variant."""
+    import cupy as cp
+
+    ks = sorted({m.cols for m in mats})
+    x = {k: cp.random.default_rng(k).standard_normal((R, k), dtype=cp.float32) for k in ks}
+    xh = {k: kernels.pack_activations(v) for k, v in x.items()}
+    y = cp.empty((R, max(m.rows for m in mats)), cp.float32)
+
+    def engine() -> None:
+        for m in mats:
+            kernels.matmul(m, x[m.cols], y, xh=xh[m.cols])
+
+    def probed(kernel: str, per_sm: int) -> Callable[[], None]:
+        def run() -> None:
+            for m in mats:
+                probe.product(kernel, per_sm, m, xh[m.cols], y, R)
+
+        return run
+
+    variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
+    variants += [(variant_name(k, p), probed(k, p)) for k, p in VARIANTS[4 if R > 1 else 1]]
+    row: dict[str, Any] = {"rows": R}
+    for name, fn in variants:
+        t = time_graph(fn)
+        row[name] = {"ms": round(t * 1e3, 4), "tb_s": round(nbytes / t / 1e12, 3),
+                     "x_floor": round(t / (nbytes / bw), 3)}  # fmt: skip
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1,4")
+    parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    require_gpu("bench/tma_probe.py")
+    rows = [int(r) for r in args.rows.split(",")]
+    if any(r not in (1, 2, 3, 4) for r in rows):
+        parser.error("--rows: 1 to 4")
+
+    info: dict[str, Any] = {"manifest": manifest()}
+    probe = Probe()
+    info["check_max_abs_diff"] = check(probe)
+    print("check", json.dumps(info["check_max_abs_diff"]), flush=True)
+    bw = read_bandwidth()
+    info["read_tb_s"] = bw / 1e12
+    runs = [("model_q4k", [m for m in model_matrices() if m.ggml_type == weights.Q4_K])]
+    if args.giant_gb > 0:
+        n = int(args.giant_gb * 1e9 / weights.tensor_bytes(weights.Q4_K, 1, 5120)) // 16 * 16
+        runs.append(("giant", [weights.random_weight("giant", weights.Q4_K, n, 5120, 1)]))
+    for label, mats in runs:
+        nbytes = sum(m.nbytes for m in mats)
+        print(f"{label}: {len(mats)} matrices, {nbytes / 1e9:.2f} GB; read {bw / 1e12:.3f} TB/s, "
+              f"floor {nbytes / bw * 1e3:.3f} ms", flush=True)  # fmt: skip
+        info[label] = []
+        for R in rows:
+            row = time_rows(probe, mats, R, nbytes, bw)
+            info[label].append(row)
+            print(label, json.dumps(row), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(info, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
