@@ -295,6 +295,8 @@ VARIANTS: list[dict[str, Any]] = [
 # per warp, and warps splitting K (nw changes the sum order). The default alone here; each
 # session lists what it measures (bench/NOTES.md: deep_narrow, min_blocks1d and deep_all in v16,
 # mt 1 at 9-16 rows in v19b)
+# the formats whose single-row kernels have no two buffers taking turns (quant.cuh kTurns)
+NO_TURNS = (weights.Q6_K, weights.Q8_0, weights.F16)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
     # the `_2` kernels (two m-tiles per warp) at 9-12 rows too, and the `_2f` ones (one m-tile
@@ -310,9 +312,15 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"pair_products": False},
     # the mixer outputs' products on f32 rows (before v29a)
     {"packed_mixer_out": False},
-    # narrow products on the `_1` kernels like the others, not the deep `_1d` ones (v30d:
-    # bench/tma_probe.py's Q4_K pass at one row was 3 % faster so)
+    # narrow products on the `_1` kernels like the others, not the deep `_1d` ones (v30e: the
+    # step 1.7 % slower at one row)
     {"deep_narrow": False},
+    # the deep kernels only for the formats without turns (narrow Q4_K and Q5_K on `_1`), and
+    # for every single-n-tile product of those (the LM head among them; v30h, with Q6_K only:
+    # 7.122 / 7.104 ms at one row, 7.867 / 7.877 at four slots, against 7.139 / 7.914)
+    {"deep_types": NO_TURNS},
+    {"deep_types": NO_TURNS, "deep_all": True},
+    {"deep_all": True},
 ]
 
 

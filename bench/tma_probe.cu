@@ -15,6 +15,13 @@
 // Launched with one CTA per tile (grid = tiles) or persistent (grid < tiles): a CTA then walks
 // tiles blockIdx.x, + gridDim.x, ... and each warp's ring runs on across the tiles, so a tile's
 // first super-blocks are in flight while the previous tile is summed.
+//
+// Measured (bench/NOTES.md v30a-d): the same bits everywhere, and no faster than the engine's
+// own loads. On a 2 GB matrix (the steady rate) one CTA per tile with a ring of 2 super-blocks
+// per warp read 3.17 and 2.95 TB/s in two calls against wmat_rows's 3.19 and 3.22; rings of 3
+// and 4 read less (2.88-3.07, 2.99), a persistent grid 2.55. Over the 27B's Q4_K matrices at
+// one row, 5.43 ms (ring of 2) against 5.44 for wmat_rows at 4 CTAs per SM everywhere. The
+// warps are not short of bytes in flight.
 #define OJ_MM_DEVICE_ONLY
 #include "matmul.cu"
 
@@ -130,8 +137,7 @@ TMA_KERNEL(q4k_tma4_3, 2, 3, 4, false)
 TMA_KERNEL(q4k_tma4_4p, 2, 4, 4, true)
 
 // The engine's own row kernel (wmat_rows, the Q4_K one-n-tile instantiation as mmh1_/mmh4_q4_k_1)
-// for the probe's module compiled with and without MM_EARLY2 (MatmulConfig.early2). Grid:
-// (1, tiles).
+// at 4 CTAs per SM for every shape, beside the probe's kernels. Grid: (1, tiles).
 #define ROWS_KERNEL(NAME, XL)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
         NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \

@@ -29,10 +29,13 @@ from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 PROBE = Path(__file__).with_name("tma_probe.cu")
 THREADS = 32 * build.MATMUL_CONFIG.nw
-# (kernel, CTAs per SM of a persistent grid; 0: one CTA per tile) for 1 row and for 2-4 rows
+# (kernel, CTAs per SM of a persistent grid; 0: one CTA per tile) for 1 row and for 2-4 rows;
+# rows1 / rows4: the engine's wmat_rows itself (the `_1` kernels, which kernels.matmul replaces
+# by the deep `_1d` ones for narrow products); the persistent kernels end in "p"
 VARIANTS = {
-    1: [("rows1", 0), ("rows1_early2", 0), ("q4k_tma1_2", 0), ("q4k_tma1_3", 0)],
-    4: [("rows4", 0), ("rows4_early2", 0), ("q4k_tma4_2", 0)],
+    1: [("rows1", 0), ("q4k_tma1_2", 0), ("q4k_tma1_3", 0), ("q4k_tma1_4", 0),
+        ("q4k_tma1_3m5", 0), ("q4k_tma1_4p", 4)],
+    4: [("rows4", 0), ("q4k_tma4_2", 0), ("q4k_tma4_3", 0), ("q4k_tma4_4p", 4)],
 }  # fmt: skip
 
 
@@ -49,15 +52,9 @@ class Probe:
         text = PROBE.read_text().replace(
             '#include "matmul.cu"', build.module_source(("matmul.cu",))
         )
-        options = ("-std=c++17", *build.MATMUL_CONFIG.defines())
-        mods = {
-            early: cp.RawModule(code=text, options=(*options, f"-DMM_EARLY2={early}"))
-            for early in (0, 1)
-        }
-        self.fns = {}
-        for name in {k for vs in VARIANTS.values() for k, _ in vs}:
-            base, early = name.removesuffix("_early2"), name.endswith("_early2")
-            self.fns[name] = launch.kernel(mods[int(early)], base)
+        mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
+        names = {k for vs in VARIANTS.values() for k, _ in vs}
+        self.fns = {name: launch.kernel(mod, name) for name in names}
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
     def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
@@ -85,11 +82,9 @@ def check(probe: Probe) -> dict[str, float]:
             xh = kernels.pack_activations(x)
             want = cp.full((R, rows), np.nan, cp.float32)
             kernels.matmul(w, x, want, xh=xh)
-            # and a persistent grid of 7 CTAs: every CTA walks many tiles
-            for kernel, per_sm, ctas in [
-                *((k, p, 0) for k, p in variants),
-                (variants[-1][0], 1, 7),
-            ]:
+            # and each persistent kernel on a grid of 7 CTAs: every CTA walks many tiles
+            persistent = [(k, 1, 7) for k, p in variants if k.endswith("p")]
+            for kernel, per_sm, ctas in [*((k, p, 0) for k, p in variants), *persistent]:
                 got = cp.full((R, rows), np.nan, cp.float32)
                 probe.product(kernel, per_sm, w, xh, got, R, ctas)
                 bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())

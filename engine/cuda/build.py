@@ -163,6 +163,12 @@ class MatmulConfig:
     deep_narrow: bool = True
     min_blocks1d: int = 3
     deep_all: bool = False  # every single-n-tile product on the `_1d` kernels (a bench variant)
+    # the formats whose products may run the `_1d` kernels at all (a pair: both of its formats;
+    # None: every format). (Q6_K, Q8_0, F16), the formats whose `_1` kernels keep their next
+    # super-block in a ring shifted by register moves, leaves Q4_K and Q5_K (two buffers taking
+    # turns) on `_1` also where narrow: v30h, 27B Q4_K_M steps 7.139 -> 7.122 ms at one row,
+    # 7.914 -> 7.867 at four slots (branch `deep-types-default`, its GPU tests not yet run)
+    deep_types: tuple[int, ...] | None = None
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
@@ -217,7 +223,7 @@ class MatmulConfig:
         if self.tiled(n_rows):
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
-        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm)
+        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm, (ggml_type,))
         if packed and n_rows <= 4:  # packed rows in groups of 1 or 4 (kernels.packed_group)
             h = "h1" if n_rows <= 1 else "h4"
         return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
@@ -228,19 +234,23 @@ class MatmulConfig:
         as row_tile tiles one weight of n_out rows. rows_per_cta applies to each weight."""
         if types not in PAIRED_TYPES or self.tiled(n_rows) or not self.pair_products:
             raise ValueError(f"no pair kernel for types {types} at {n_rows} rows")
-        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm)
+        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm, types)
         group = "1" if n_rows <= 1 else "4" if n_rows <= 4 else ""  # kernels.packed_group
         pair = "_".join(TYPE_NAMES[t] for t in types)
         return Tile(f"mmp{group}_{pair}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, True)
 
-    def _row_kernel(self, n_rows: int, n_out: int, n_sm: int) -> tuple[int, int, str]:
-        """(n-tiles per CTA, weight rows per CTA, kernel suffix) of a row-kernel product."""
+    def _row_kernel(
+        self, n_rows: int, n_out: int, n_sm: int, types: tuple[int, ...]
+    ) -> tuple[int, int, str]:
+        """(n-tiles per CTA, weight rows per CTA, kernel suffix) of a row-kernel product of
+        weights of these formats."""
         nt = min(self.max_nt, MAX_NT, (n_rows + 7) // 8)
         few = nt == 2 and n_rows <= self.few_rows
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt_few if few else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
-        deep = nt == 1 and (self.deep_all or narrow)
+        allowed = self.deep_types is None or all(t in self.deep_types for t in types)
+        deep = nt == 1 and allowed and (self.deep_all or narrow)
         return nt, rows_per_cta, "d" if deep else "f" if few else ""
 
 

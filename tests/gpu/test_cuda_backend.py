@@ -10,6 +10,7 @@ import functools
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -409,7 +410,7 @@ def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
     prompt = _prompt(77, 300, gguf.config.n_vocab)
     saved, runs = build.MATMUL_CONFIG, []
     try:
-        ways: list[dict[str, bool]] = [
+        ways: list[dict[str, Any]] = [
             {},
             {"swiglu_epilogue": False},
             {"pair_products": False},

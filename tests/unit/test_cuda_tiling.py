@@ -41,6 +41,18 @@ def test_all_single_tile_products_can_run_deep() -> None:
     assert cfg.row_tile(Q4_K, 9, True, 34816, H200_SMS).name == "mmh_q4_k_2f"
 
 
+def test_deep_kernels_can_be_kept_to_some_formats() -> None:
+    cfg = MatmulConfig(deep_types=(Q6_K,))
+    assert cfg.row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh1_q6_k_1d"
+    assert cfg.row_tile(Q4_K, 1, True, 5120, H200_SMS).name == "mmh1_q4_k_1"
+    # a pair runs deep only where both of its formats may
+    assert cfg.pair_tile((Q4_K, Q6_K), 1, 5120, H200_SMS).name == "mmp1_q4_k_q6_k_1"
+    assert MatmulConfig().pair_tile((Q4_K, Q6_K), 1, 5120, H200_SMS).name == "mmp1_q4_k_q6_k_1d"
+    every_q6k = MatmulConfig(deep_all=True, deep_types=(Q6_K,))
+    assert every_q6k.row_tile(Q6_K, 1, True, 248320, H200_SMS).name == "mmh1_q6_k_1d"
+    assert every_q6k.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1"
+
+
 def test_packed_kernels_follow_the_row_groups_of_the_activations() -> None:
     """Packed activations come in groups of 1, 4 or 8 rows by the pass's row count
     (kernels.packed_group); each row count gets the kernel compiled for its group (that every
