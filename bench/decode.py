@@ -104,6 +104,26 @@ def model_matrices(preset: str = "27b", quant: str = "q4_k_m") -> list[weights.G
     return out
 
 
+def product_inputs(
+    mats: list[weights.GpuWeight], n_rows: int
+) -> tuple[dict[int, Any], dict[int, Any], Any, Callable[[], None]]:
+    """For the probes: random activations for every K of mats at n_rows rows (f32 and packed,
+    by K), one output buffer for all the products, and what runs every product once on the
+    engine's kernels (the work of one graph)."""
+    import cupy as cp
+
+    ks = sorted({m.cols for m in mats})
+    x = {k: cp.random.default_rng(k).standard_normal((n_rows, k), dtype=cp.float32) for k in ks}
+    xh = {k: kernels.pack_activations(v) for k, v in x.items()}
+    y = cp.empty((n_rows, max(m.rows for m in mats)), cp.float32)
+
+    def engine() -> None:
+        for m in mats:
+            kernels.matmul(m, x[m.cols], y, xh=xh[m.cols])
+
+    return x, xh, y, engine
+
+
 # products whose inputs the forward pass has only in f32 (no packed copy: see weight_pass)
 MIXER_OUT = ("ssm_out.weight", "attn_output.weight")
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
-from bench.decode import model_matrices, read_bandwidth, time_graph  # noqa: E402
+from bench.decode import model_matrices, product_inputs, read_bandwidth, time_graph  # noqa: E402
 from engine import quants  # noqa: E402
 from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
@@ -182,16 +182,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
     """One graph of every product at R rows: the engine's kernels; each probe kernel with the
     activations quantized before each product (an upper bound: fused products share theirs)
     and its dot products alone."""
-    import cupy as cp
-
-    ks = sorted({m.cols for m in mats})
-    x = {k: cp.random.default_rng(k).standard_normal((R, k), dtype=cp.float32) for k in ks}
-    xh = {k: kernels.pack_activations(v) for k, v in x.items()}
-    y = cp.empty((R, max(m.rows for m in mats)), cp.float32)
-
-    def engine() -> None:
-        for m in mats:
-            kernels.matmul(m, x[m.cols], y, xh=xh[m.cols])
+    x, _xh, y, engine = product_inputs(mats, R)
 
     def probed(quantize: bool, kind: str) -> Callable[[], None]:
         def launch() -> None:

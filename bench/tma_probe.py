@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
-from bench.decode import model_matrices, read_bandwidth, time_graph  # noqa: E402
+from bench.decode import model_matrices, product_inputs, read_bandwidth, time_graph  # noqa: E402
 from engine.cuda import build, kernels, launch, weights  # noqa: E402
 
 PROBE = Path(__file__).with_name("tma_probe.cu")
@@ -95,16 +95,7 @@ def check(probe: Probe) -> dict[str, float]:
 
 def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float) -> dict[str, Any]:  # fmt: skip
     """One graph of every product at R rows: the engine's kernels, then each probe variant."""
-    import cupy as cp
-
-    ks = sorted({m.cols for m in mats})
-    x = {k: cp.random.default_rng(k).standard_normal((R, k), dtype=cp.float32) for k in ks}
-    xh = {k: kernels.pack_activations(v) for k, v in x.items()}
-    y = cp.empty((R, max(m.rows for m in mats)), cp.float32)
-
-    def engine() -> None:
-        for m in mats:
-            kernels.matmul(m, x[m.cols], y, xh=xh[m.cols])
+    _x, xh, y, engine = product_inputs(mats, R)
 
     def probed(kernel: str, per_sm: int) -> Callable[[], None]:
         def run() -> None:
