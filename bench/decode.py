@@ -310,13 +310,13 @@ VARIANTS: list[dict[str, Any]] = [
     {"gemm_min_rows": 33, "gemm_tile": 128},
 ]
 
+# the formats whose single-row kernels have no two buffers taking turns (quant.cuh kTurns)
+NO_TURNS = (weights.Q6_K, weights.Q8_0, weights.F16)
 
 # the same for decode-sized products (`--row-variants`, `--matmul-steps`): CTAs per SM, m-tiles
 # per warp, and warps splitting K (nw changes the sum order). The default alone here; each
 # session lists what it measures (bench/NOTES.md: deep_narrow, min_blocks1d and deep_all in v16,
 # mt 1 at 9-16 rows in v19b)
-# the formats whose single-row kernels have no two buffers taking turns (quant.cuh kTurns)
-NO_TURNS = (weights.Q6_K, weights.Q8_0, weights.F16)
 ROW_VARIANTS: list[dict[str, Any]] = [
     {},
     # the `_2` kernels (two m-tiles per warp) at 9-12 rows too, and the `_2f` ones (one m-tile
