@@ -15,7 +15,7 @@
 #                                    that pytest -k "$TESTS" selects
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
 #                                    (default 1,4): each product kernel's DRAM share, waves,
-#                                    occupancy and warp stalls (~3 min)
+#                                    occupancy and warp stalls (~3 min; NCU_KERNEL, NCU_ARGS)
 #   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
 #                                    fields, as whole steps beside the defaults) [and --deltanet
 #                                    "$DELTANET"], then the op and backend bit tests
@@ -148,8 +148,10 @@ if [ "$MODE" = keys ]; then  # MatmulConfig switches KEYS on and off as whole st
   [ -z "${TESTS:-}" ] || gpu_pytest_built "${PYTEST_S:-120}" pytest.log tests/gpu -rf -k "$TESTS" "$@" | tail -8
 fi
 if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the device has it)
-  timeout "${NCU_S:-400}" ncu --clock-control none -k regex:mm --section SpeedOfLight \
-    --section LaunchStats --section Occupancy --section WarpStateStats \
+  # NCU_KERNEL: the kernels to profile (a regex); NCU_ARGS: more ncu options, e.g. "--section
+  # SourceCounters" for the instructions the warps stall on
+  timeout "${NCU_S:-400}" ncu --clock-control none -k "regex:${NCU_KERNEL:-mm}" --section SpeedOfLight \
+    --section LaunchStats --section Occupancy --section WarpStateStats ${NCU_ARGS:-} \
     python3 bench/product_kernels.py --rows "${ROWS:-1,4}" > "$OUT/ncu.txt" 2>&1
   grep -E "^  mm|^[a-z_+ ]+ [0-9]+x[0-9]+ rows|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
     "$OUT/ncu.txt"
