@@ -45,7 +45,7 @@ KINDS = ("seg", "seg_canon", "mma", "mma_r")
 def probe_module() -> Any:
     import cupy as cp
 
-    text = PROBE.read_text().replace('#include "quant.cuh"', build.module_source(("quant.cuh",)))
+    text = build.inline_includes(PROBE.read_text())
     return cp.RawModule(code=text, options=("-std=c++17", f"-DPROBE_NW={NW}"))
 
 

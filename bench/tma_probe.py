@@ -49,9 +49,7 @@ class Probe:
     def __init__(self) -> None:
         import cupy as cp
 
-        text = PROBE.read_text().replace(
-            '#include "matmul.cu"', build.module_source(("matmul.cu",))
-        )
+        text = build.inline_includes(PROBE.read_text())
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
         names = {k for vs in VARIANTS.values() for k, _ in vs}
         self.fns = {name: launch.kernel(mod, name) for name in names}

@@ -63,8 +63,13 @@ class KernelDims:
 
 def inline_source(name: str, seen: set[str] | None = None) -> str:
     """The text of `name` with every local #include replaced by the file's text (once)."""
+    return inline_includes((SOURCE_DIR / name).read_text(), seen)
+
+
+def inline_includes(text: str, seen: set[str] | None = None) -> str:
+    """text (an engine source, or a probe's next to the benchmarks) with every local #include
+    replaced by that engine source's text, each file once."""
     seen = set() if seen is None else seen
-    text = (SOURCE_DIR / name).read_text()
 
     def expand(match: re.Match[str]) -> str:
         inc = match.group(1)

@@ -238,47 +238,6 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     reduce_store<MT, NT>(red, acc, W.rows, Y, ldy, row0, rbase, nrows, R, accumulate);
 }
 
-#ifndef OJ_MM_DEVICE_ONLY  // bench probes include the device functions alone
-// F32 weights (the tiny DeltaNet beta/alpha projections of every mix, and whole f32 models):
-// plain f32 FMAs, so an f32 model's products are as exact as the reference's. A warp owns one
-// weight row and 8 activation rows (grid: rows/4 x R/8); lane l sums k = 4l + 128j in order,
-// then a fixed shuffle tree: the order never depends on R (batch invariance).
-extern "C" __global__ void __launch_bounds__(128)
-    mm_f32_exact(const float* __restrict__ W, int rows, int cols, const float* __restrict__ X,
-                 int ldx, float* __restrict__ Y, int ldy, int R, int accumulate) {
-    oj_grid_dep_early();
-    const int lane = threadIdx.x & 31, n = blockIdx.x * 4 + (threadIdx.x >> 5);
-    const int r0 = blockIdx.y * 8, nr = min(8, R - r0);
-    if (n >= rows) return;
-    const float* w = W + (size_t)n * cols;
-    float acc[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-    for (int k = 4 * lane; k < cols; k += 128) {
-        const float4 wv = *(const float4*)(w + k);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            if (i < nr) {
-                const float4 xv = *(const float4*)(X + (size_t)(r0 + i) * ldx + k);
-                acc[i] = fmaf(wv.x, xv.x, acc[i]);
-                acc[i] = fmaf(wv.y, xv.y, acc[i]);
-                acc[i] = fmaf(wv.z, xv.z, acc[i]);
-                acc[i] = fmaf(wv.w, xv.w, acc[i]);
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float s = warp_sum(acc[i]);
-        if (lane == 0 && i < nr) {
-            float* y = Y + (size_t)(r0 + i) * ldy + n;
-            *y = accumulate ? *y + s : s;
-        }
-    }
-}
-
-#endif
-
 #define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
@@ -345,14 +304,6 @@ extern "C" __global__ void __launch_bounds__(128)
     OJ_MM_ONE(OJ_MM_KERNEL, mmh1_##TYPE, 0, FRAG)    \
     OJ_MM_ONE(OJ_MM_KERNEL, mmh4_##TYPE, 2, FRAG)
 
-#ifndef OJ_MM_DEVICE_ONLY
-OJ_MM_ALL_NT(q4_k, FragQ4K)
-OJ_MM_ALL_NT(q5_k, FragQ5K)
-OJ_MM_ALL_NT(q6_k, FragQ6K)
-OJ_MM_ALL_NT(q8_0, FragQ8_0)
-OJ_MM_ALL_NT(f16, FragF16)
-#endif
-
 // mmp_ / mmp1_ / mmp4_<a>_<b>_<NT>: the pairs, on packed activations in groups of 8 / 1 / 4 as
 // mmh_ / mmh1_ / mmh4_, with the same tilings; for the pairs of formats of the K-quant mixes
 // (build.PAIRED_TYPES: first the lower ggml type). Other pairs run as two launches.
@@ -360,12 +311,6 @@ OJ_MM_ALL_NT(f16, FragF16)
     OJ_MM_NT(OJ_MM_PAIR_KERNEL, mmp_##A##_##B, 3, FA, FB)         \
     OJ_MM_ONE(OJ_MM_PAIR_KERNEL, mmp1_##A##_##B, 0, FA, FB)       \
     OJ_MM_ONE(OJ_MM_PAIR_KERNEL, mmp4_##A##_##B, 2, FA, FB)
-
-#ifndef OJ_MM_DEVICE_ONLY
-OJ_MM_PAIRS(q4_k, q5_k, FragQ4K, FragQ5K)
-OJ_MM_PAIRS(q4_k, q6_k, FragQ4K, FragQ6K)
-OJ_MM_PAIRS(q5_k, q6_k, FragQ5K, FragQ6K)
-#endif
 
 // Many rows (prefill): a tiled product. A CTA of GM warps owns 16*GM weight rows (GM m-tiles)
 // x 64 activation rows (8 n-tiles). Per half super-block each warp dequantizes one m-tile into
@@ -500,15 +445,63 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
     OJ_MMG_KERNEL(mmgh_##NAME, FRAG, 4, 2, 3)   \
     OJ_MMG_KERNEL(mmg8h_##NAME, FRAG, 8, 1, 3)
 
+// ---- The kernels (bench probes define OJ_MM_DEVICE_ONLY to take the device functions above
+// without them) ----
 #ifndef OJ_MM_DEVICE_ONLY
+// F32 weights (the tiny DeltaNet beta/alpha projections of every mix, and whole f32 models):
+// plain f32 FMAs, so an f32 model's products are as exact as the reference's. A warp owns one
+// weight row and 8 activation rows (grid: rows/4 x R/8); lane l sums k = 4l + 128j in order,
+// then a fixed shuffle tree: the order never depends on R (batch invariance).
+extern "C" __global__ void __launch_bounds__(128)
+    mm_f32_exact(const float* __restrict__ W, int rows, int cols, const float* __restrict__ X,
+                 int ldx, float* __restrict__ Y, int ldy, int R, int accumulate) {
+    oj_grid_dep_early();
+    const int lane = threadIdx.x & 31, n = blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int r0 = blockIdx.y * 8, nr = min(8, R - r0);
+    if (n >= rows) return;
+    const float* w = W + (size_t)n * cols;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    for (int k = 4 * lane; k < cols; k += 128) {
+        const float4 wv = *(const float4*)(w + k);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if (i < nr) {
+                const float4 xv = *(const float4*)(X + (size_t)(r0 + i) * ldx + k);
+                acc[i] = fmaf(wv.x, xv.x, acc[i]);
+                acc[i] = fmaf(wv.y, xv.y, acc[i]);
+                acc[i] = fmaf(wv.z, xv.z, acc[i]);
+                acc[i] = fmaf(wv.w, xv.w, acc[i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float s = warp_sum(acc[i]);
+        if (lane == 0 && i < nr) {
+            float* y = Y + (size_t)(r0 + i) * ldy + n;
+            *y = accumulate ? *y + s : s;
+        }
+    }
+}
+
+OJ_MM_ALL_NT(q4_k, FragQ4K)
+OJ_MM_ALL_NT(q5_k, FragQ5K)
+OJ_MM_ALL_NT(q6_k, FragQ6K)
+OJ_MM_ALL_NT(q8_0, FragQ8_0)
+OJ_MM_ALL_NT(f16, FragF16)
+
+OJ_MM_PAIRS(q4_k, q5_k, FragQ4K, FragQ5K)
+OJ_MM_PAIRS(q4_k, q6_k, FragQ4K, FragQ6K)
+OJ_MM_PAIRS(q5_k, q6_k, FragQ5K, FragQ6K)
+
 OJ_MMG_BOTH(q4_k, FragQ4K)
 OJ_MMG_BOTH(q5_k, FragQ5K)
 OJ_MMG_BOTH(q6_k, FragQ6K)
 OJ_MMG_BOTH(q8_0, FragQ8_0)
 OJ_MMG_BOTH(f16, FragF16)
-#endif
 
-#ifndef OJ_MM_DEVICE_ONLY
 // Dequantized rows of a weight (the token embedding gather, and tests of the formats).
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]
 extern "C" __global__ void embed_rows(const u8* p0, const u8* p1, const u8* p2, const u8* p3,
