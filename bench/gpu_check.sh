@@ -24,6 +24,8 @@
 #   probes                           probe, then chain, in one call (~4-5 min)
 #   tma                              bench/tma_probe.py: the Q4_K row product fed by bulk copies into
 #                                    a ring in shared memory against the engine's kernels (~3 min)
+#   ablation                         bench/tma_probe.py --set ablation: the one-row Q4_K kernel with
+#                                    parts of its work taken out, each timed (~2 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
@@ -175,6 +177,11 @@ fi
 if [ "$MODE" = tma ]; then
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --rows "${ROWS:-1,4}" --json "$OUT/tma.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/tma.log"
+  exit $?
+fi
+if [ "$MODE" = ablation ]; then
+  timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set ablation --rows 1 --json "$OUT/ablation.json" \
+    ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/ablation.log"
   exit $?
 fi
 if [ "$MODE" = probe ]; then

@@ -147,3 +147,92 @@ TMA_KERNEL(q4k_tma4_4p, 2, 4, 4, true)
     }
 ROWS_KERNEL(rows1, 0)
 ROWS_KERNEL(rows4, 2)
+
+// ---- Ablations (--set ablation): wmat_rows's one-row Q4_K kernel (two buffers taking turns,
+// one m-tile and one n-tile per warp) with parts of its work taken out, to time what each part
+// of a warp's chain costs. Their outputs are not products (no bits to check).
+#define ABL_NO_B 1    // activation fragments from registers, not loads
+#define ABL_NO_DEQ 2  // weight fragments are the raw code words (no dequantization, no prep)
+#define ABL_NO_MMA 4  // an FADD per chunk instead of the mma (a 4-cycle chain, not ~30)
+#define ABL_NO_W 8    // no weight loads: fragments made from the super-block index
+
+template <int FLAGS>
+OJ_DEV void abl_load(FragQ4K& f, const WDesc& W, int row, int sb, int t) {
+    if (FLAGS & ABL_NO_W) {  // values that change with sb, so nothing is hoisted out of the loop
+        const u32 s = 0x9E3779B9u * (u32)(sb + 1) ^ (u32)(row * 131 + t);
+        f.hdr = make_uint4(0x1C001C00u ^ (s & 0x03FF03FFu), s, s >> 3, s >> 5);
+        f.q0 = make_uint4(s, s ^ 0x5A5A5A5Au, s + 1u, s * 3u);
+        f.q1 = make_uint4(s ^ 0xA5A5A5A5u, s + 7u, s * 5u, ~s);
+    } else {
+        f.load(W, row, sb, t);
+    }
+}
+
+template <int FLAGS>
+OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restrict__ X, int ldx,
+                           int sb, int nrows, int gid, int t) {
+    if (!(FLAGS & ABL_NO_DEQ)) {
+        f[0].prep(t);
+        f[1].prep(t);
+    }
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+        uint2 b;
+        if (FLAGS & ABL_NO_B) b = make_uint2(0x3C003C00u ^ (u32)(c * 0x00010001), 0x38003800u + (u32)t);
+        else b = b_pair<0>(X, ldx, gid, sb * 256 + FragQ4K::e0(t, c), nrows);
+        u32 a0, a1, a2, a3;
+        if (FLAGS & ABL_NO_DEQ) {
+            const int w = c >> 1;
+            a0 = word_of(w < 4 ? f[0].q0 : f[0].q1, w & 3);
+            a2 = a0 >> (4 * (c & 1));
+            a1 = word_of(w < 4 ? f[1].q0 : f[1].q1, w & 3);
+            a3 = a1 >> (4 * (c & 1));
+        } else {
+            f[0].get(c, a0, a2);
+            f[1].get(c, a1, a3);
+        }
+        if (FLAGS & ABL_NO_MMA)
+            acc[0] += __uint_as_float(0x3F800000u | ((a0 ^ a1 ^ a2 ^ a3 ^ b.x ^ b.y) & 0x007FFFFFu));
+        else
+            mma_16816(acc, a0, a1, a2, a3, b.x, b.y);
+    }
+}
+
+template <int FLAGS>
+OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
+                     int ldx, float* __restrict__ Y, int ldy, int R) {
+    __shared__ float red[MM_NW * 4 * 32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.y * 16, nsb = cols >> 8, nrows = min(1, R);
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    float acc[1][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}};
+    auto load_to = [&](FragQ4K (&f)[2], int sb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) abl_load<FLAGS>(f[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    };
+    FragQ4K fa[2], fb[2];
+    if (warp < nsb) load_to(fa, warp);
+    oj_grid_dep();
+    for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns, as in the engine
+        const int sb2 = sb + MM_NW;
+        if (sb2 < nsb) load_to(fb, sb2);
+        abl_superblock<FLAGS>(fa, acc[0][0], X, ldx, sb, nrows, gid, t);
+        if (sb2 >= nsb) break;
+        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+        abl_superblock<FLAGS>(fb, acc[0][0], X, ldx, sb2, nrows, gid, t);
+    }
+    reduce_store<1, 1>(red, acc, rows, Y, ldy, row0, 0, nrows, R, MM_STORE);
+}
+
+#define ABL_KERNEL(NAME, FLAGS)                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        abl_rows<FLAGS>(p0, rows, cols, X, ldx, Y, ldy, R);                                       \
+    }
+ABL_KERNEL(rows_abl_all, 0)  // nothing taken out: should time as rows1
+ABL_KERNEL(rows_abl_nob, ABL_NO_B)
+ABL_KERNEL(rows_abl_nodeq, ABL_NO_DEQ)
+ABL_KERNEL(rows_abl_nomma, ABL_NO_MMA)
+ABL_KERNEL(rows_abl_now, ABL_NO_W)
+ABL_KERNEL(rows_abl_now_nob, ABL_NO_W | ABL_NO_B)
+ABL_KERNEL(rows_abl_loads, ABL_NO_DEQ | ABL_NO_MMA)  // the loads and a short chain only

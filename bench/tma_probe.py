@@ -2,11 +2,16 @@
 shared memory (bench/tma_probe.cu, sm_90+) against matmul.cu's row kernels, on the same weights:
 every Q4_K matrix of the 27B Q4_K_M trunk, and one large matrix for the steady streaming rate.
 
-Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected),
-(2) per row count the time of one graph of all Q4_K products, each way, with the achieved TB/s
-against the read bandwidth measured in the same run.
+With --set ablation: the engine's one-row kernel with parts of its work taken out (the
+activation loads, the dequantization, the mma, the weight loads), each timed the same way, to
+see which part of a warp's chain sets the products' rate.
 
-    python bench/tma_probe.py [--rows 1,4] [--giant-gb 2] [--json F]
+Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
+the ablations give no products and are not checked), (2) per row count the time of one graph
+of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
+the same run.
+
+    python bench/tma_probe.py [--set tma|ablation] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -39,6 +44,20 @@ VARIANTS = {
 }  # fmt: skip
 
 
+# --set ablation: the engine's one-row kernel with parts of its work taken out (tma_probe.cu
+# ABL_*): rows_abl_all is the whole kernel again (it must give rows1's bits and time); the others
+# give no products, only times
+ABLATION = {
+    1: [("rows1", 0), ("rows_abl_all", 0), ("rows_abl_nob", 0), ("rows_abl_nodeq", 0),
+        ("rows_abl_nomma", 0), ("rows_abl_now", 0), ("rows_abl_now_nob", 0),
+        ("rows_abl_loads", 0)],
+}  # fmt: skip
+CHECKED_ABLATIONS = ("rows1", "rows_abl_all")
+# dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
+# 4 CTAs per SM (228 KiB per SM), where the ablations' fewer registers would allow 5
+ROWS_SMEM = 46 * 1024
+
+
 def variant_name(kernel: str, per_sm: int) -> str:
     return kernel if per_sm == 0 else f"{kernel}_p{per_sm}"
 
@@ -46,12 +65,13 @@ def variant_name(kernel: str, per_sm: int) -> str:
 class Probe:
     """The probe's kernels, launched like kernels.matmul on packed activations."""
 
-    def __init__(self) -> None:
+    def __init__(self, variants: dict[int, list[tuple[str, int]]]) -> None:
         import cupy as cp
 
+        self.variants = variants
         text = build.inline_includes(PROBE.read_text())
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
-        names = {k for vs in VARIANTS.values() for k, _ in vs}
+        names = {k for vs in variants.values() for k, _ in vs}
         self.fns = {name: launch.kernel(mod, name) for name in names}
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
@@ -62,8 +82,10 @@ class Probe:
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         i32 = np.int32
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, i32(xh.shape[1]), y, i32(y.shape[1]), i32(R))  # fmt: skip
-        # the engine's wmat_rows takes its tile from grid y
-        self.fns[kernel]((1, grid) if kernel.startswith("rows") else (grid,), (THREADS,), args)
+        if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
+            self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
+        else:
+            self.fns[kernel]((grid,), (THREADS,), args)
 
 
 def check(probe: Probe) -> dict[str, float]:
@@ -75,7 +97,8 @@ def check(probe: Probe) -> dict[str, float]:
     shapes = [(72, 768), (1000, 1280), (5120, 6144), (34816, 5120)]
     for rows, cols in shapes:
         w = weights.random_weight("check", weights.Q4_K, rows, cols, rows + cols)
-        for R, variants in VARIANTS.items():
+        for R, listed in probe.variants.items():
+            variants = [(k, p) for k, p in listed if k in CHECKED_ABLATIONS or "_abl_" not in k]
             x = cp.random.default_rng(R).standard_normal((R, cols), dtype=cp.float32)
             xh = kernels.pack_activations(x)
             want = cp.full((R, rows), np.nan, cp.float32)
@@ -103,7 +126,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
         return run
 
     variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
-    variants += [(variant_name(k, p), probed(k, p)) for k, p in VARIANTS[4 if R > 1 else 1]]
+    variants += [(variant_name(k, p), probed(k, p)) for k, p in probe.variants[4 if R > 1 else 1]]
     row: dict[str, Any] = {"rows": R}
     for name, fn in variants:
         t = time_graph(fn)
@@ -114,17 +137,24 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4")
+    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--set",
+        choices=("tma", "ablation"),
+        default="tma",
+        help="the bulk-copy kernels, or the one-row kernel's ablations (one row only)",
+    )
     args = parser.parse_args()
     require_gpu("bench/tma_probe.py")
+    variants = VARIANTS if args.set == "tma" else ABLATION
     rows = [int(r) for r in args.rows.split(",")]
-    if any(r not in (1, 2, 3, 4) for r in rows):
-        parser.error("--rows: 1 to 4")
+    if any(r not in variants for r in rows):
+        parser.error(f"--rows: of {sorted(variants)} for --set {args.set}")
 
-    info: dict[str, Any] = {"manifest": manifest()}
-    probe = Probe()
+    info: dict[str, Any] = {"manifest": manifest(), "set": args.set}
+    probe = Probe(variants)
     info["check_max_abs_diff"] = check(probe)
     print("check", json.dumps(info["check_max_abs_diff"]), flush=True)
     bw = read_bandwidth()
