@@ -1,0 +1,70 @@
+"""bench/sass_counts.py: it finds a kernel's mma loop in nvdisasm's listing and counts its
+instructions (the parser on a fixed listing; the whole path with nvcc and nvdisasm where both
+are installed, as on the development and CI machines)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import sass_counts
+
+LISTING = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   HMMA.16816.F32 R8, R4, R12, R8 ;
+        /*0030*/                   LOP3.LUT R5, R4, 0xf000f, RZ, 0xc0, !PT ;
+.L_x_2:
+        /*0040*/                   HMUL2 R6, R5, R7 ;
+        /*0050*/                   HMMA.16816.F32 R8, R4, R12, R8 ;
+        /*0060*/               @P0 BRA `(.L_x_2) ;
+        /*0070*/              @!P1 BRA `(.L_x_1) ;
+        /*0080*/                   EXIT ;
+"""
+
+KERNEL = """
+#include "common.cuh"
+extern "C" __global__ void loop_mma(const uint4* a, const uint2* b, float* y, int n) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint4 x = a[i];
+        const uint2 v = b[i];
+        mma_16816(acc, x.x, x.y, x.z, x.w, v.x, v.y);
+        mma_16816(acc, x.y, x.x, x.w, x.z, v.y, v.x);
+    }
+    y[threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3];
+}
+"""
+
+
+def test_the_innermost_loop_with_mma_is_counted() -> None:
+    loop = sass_counts.mma_loop("k", LISTING.splitlines())
+    assert loop is not None
+    # .L_x_2 .. its branch: HMUL2, HMMA, BRA (the outer loop holds 7 instructions)
+    assert loop.opcodes == {"HMUL2": 1, "HMMA": 1, "BRA": 1}
+    assert loop.per_superblock(mma_per_superblock=1) == 3
+
+
+def test_a_kernel_without_an_mma_loop_has_none() -> None:
+    lines = [line for line in LISTING.splitlines() if "HMMA" not in line]
+    assert sass_counts.mma_loop("k", lines) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_compiled_kernel_loop_holds_its_two_mma(tmp_path: Path) -> None:
+    try:
+        sass_counts.find_nvdisasm()
+    except SystemExit:
+        pytest.skip("needs nvdisasm (the dev extras' nvidia-cuda-nvdisasm)")
+    source = tmp_path / "k.cu"
+    source.write_text(KERNEL)
+    cubin = tmp_path / "k.cubin"
+    sass_counts.compile_cubin(source, 80, (), cubin)
+    kernels = sass_counts.disassemble(cubin)
+    loop = sass_counts.mma_loop("loop_mma", kernels["loop_mma"])
+    assert loop is not None and loop.hmma == 2
+    assert loop.opcodes["LDG"] == 2  # the two loads of one pass
+    assert 6 <= loop.total <= 40
