@@ -174,14 +174,10 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   bash "$0" probe; bash "$0" chain
   exit $?
 fi
-if [ "$MODE" = tma ]; then
-  timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --rows "${ROWS:-1,4}" --json "$OUT/tma.json" \
-    ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/tma.log"
-  exit $?
-fi
-if [ "$MODE" = ablation ]; then
-  timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set ablation --rows 1 --json "$OUT/ablation.json" \
-    ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/ablation.log"
+if [ "$MODE" = tma ] || [ "$MODE" = ablation ]; then  # tma_probe.py's two sets (ablation: one row)
+  rows=$([ "$MODE" = ablation ] && echo 1 || echo "${ROWS:-1,4}")
+  timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \
+    ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/$MODE.log"
   exit $?
 fi
 if [ "$MODE" = probe ]; then

@@ -34,18 +34,18 @@ from engine.cuda import build
 HMMA_PER_SUPERBLOCK = 16  # mma chunks of one 256-element super-block per (m-tile, n-tile)
 _FUNCTION = re.compile(r"^\s*\.text\.(\w+):\s*$")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):\s*$")
-# "/*0a40*/  @!P0 BRA `(.L_x_12) ;" -> address, opcode with modifiers, operands
+# "/*0a40*/  @!P0 BRA `(.L_x_12) ;" -> opcode (without modifiers), operands
 _INSTRUCTION = re.compile(
-    r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);"
+    r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)\S*\s*([^;]*);"
 )
+_TARGET = re.compile(r"\((\.L_x_\d+)\)")
 
 
 @dataclass(frozen=True)
 class LoopCount:
-    """One kernel's innermost loop that holds mma instructions: opcodes (without modifiers) and
+    """A kernel's innermost loop that holds mma instructions: opcodes (without modifiers) and
     how many times each occurs in one pass of the loop body."""
 
-    kernel: str
     opcodes: Counter[str]
 
     @property
@@ -102,30 +102,26 @@ def disassemble(cubin: Path) -> dict[str, list[str]]:
     return kernels
 
 
-def mma_loop(kernel: str, lines: list[str]) -> LoopCount | None:
-    """The shortest backward branch's body that holds every HMMA of the kernel's hottest loop:
-    of the loops (a label, then a later branch back to it) that contain HMMA instructions, the
-    innermost one (the shortest)."""
+def mma_loop(lines: list[str]) -> LoopCount | None:
+    """Of a kernel listing's loops (a label, then a later branch back to it) that contain HMMA
+    instructions, the innermost (the shortest); None if there is none."""
     labels: dict[str, int] = {}
-    code: list[tuple[int, str, str]] = []  # (index, opcode, operands)
+    code: list[tuple[str, str]] = []  # (opcode, operands)
     for line in lines:
         if m := _LABEL.match(line):
             labels[m.group(1)] = len(code)
         elif m := _INSTRUCTION.match(line):
-            code.append((len(code), m.group(2).split(".")[0], m.group(3)))
-    best: tuple[int, int] | None = None
-    for index, opcode, operands in code:
-        target = re.search(r"\((\.L_x_\d+)\)", operands)
-        if opcode != "BRA" or target is None or labels.get(target.group(1), index + 1) > index:
-            continue
-        start = labels[target.group(1)]
-        if any(op == "HMMA" for _, op, _ in code[start : index + 1]) and (
-            best is None or index - start < best[1] - best[0]
-        ):
-            best = (start, index)
+            code.append((m.group(1), m.group(2)))
+    best: range | None = None
+    for end, (opcode, operands) in enumerate(code):
+        target = _TARGET.search(operands) if opcode == "BRA" else None
+        start = labels.get(target.group(1), end + 1) if target else end + 1
+        body = range(start, end + 1)  # empty for a forward branch
+        if any(code[i][0] == "HMMA" for i in body) and (best is None or len(body) < len(best)):
+            best = body
     if best is None:
         return None
-    return LoopCount(kernel, Counter(op for _, op, _ in code[best[0] : best[1] + 1]))
+    return LoopCount(Counter(code[i][0] for i in best))
 
 
 def main() -> None:
@@ -147,7 +143,7 @@ def main() -> None:
         compile_cubin(Path(args.source), args.arch, build.MATMUL_CONFIG.defines(), cubin)
         kernels = disassemble(cubin)
     for name in sorted(k for k in kernels if pattern.fullmatch(k)):
-        loop = mma_loop(name, kernels[name])
+        loop = mma_loop(kernels[name])
         if loop is None:
             print(f"{name}: no loop with mma")
             continue

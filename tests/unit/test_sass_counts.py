@@ -41,7 +41,7 @@ extern "C" __global__ void loop_mma(const uint4* a, const uint2* b, float* y, in
 
 
 def test_the_innermost_loop_with_mma_is_counted() -> None:
-    loop = sass_counts.mma_loop("k", LISTING.splitlines())
+    loop = sass_counts.mma_loop(LISTING.splitlines())
     assert loop is not None
     # .L_x_2 .. its branch: HMUL2, HMMA, BRA (the outer loop holds 7 instructions)
     assert loop.opcodes == {"HMUL2": 1, "HMMA": 1, "BRA": 1}
@@ -50,7 +50,7 @@ def test_the_innermost_loop_with_mma_is_counted() -> None:
 
 def test_a_kernel_without_an_mma_loop_has_none() -> None:
     lines = [line for line in LISTING.splitlines() if "HMMA" not in line]
-    assert sass_counts.mma_loop("k", lines) is None
+    assert sass_counts.mma_loop(lines) is None
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -64,7 +64,7 @@ def test_a_compiled_kernel_loop_holds_its_two_mma(tmp_path: Path) -> None:
     cubin = tmp_path / "k.cubin"
     sass_counts.compile_cubin(source, 80, (), cubin)
     kernels = sass_counts.disassemble(cubin)
-    loop = sass_counts.mma_loop("loop_mma", kernels["loop_mma"])
+    loop = sass_counts.mma_loop(kernels["loop_mma"])
     assert loop is not None and loop.hmma == 2
     assert loop.opcodes["LDG"] == 2  # the two loads of one pass
     assert 6 <= loop.total <= 40
