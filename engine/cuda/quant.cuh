@@ -62,9 +62,23 @@ OJ_DEV u32 and_or(u32 x) {
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "n"(OR));
     return r;
 }
-// Low / high half of an f16x2 in both halves.
-OJ_DEV u32 splat_lo(u32 v) { return __byte_perm(v, 0u, 0x1010); }
-OJ_DEV u32 splat_hi(u32 v) { return __byte_perm(v, 0u, 0x3232); }
+// Low / high half of an f16x2 in both halves. Written as PTX half moves, so ptxas folds the
+// splat into the f16x2 instruction that reads it (an operand's .H0_H0 / .H1_H1 selector) and
+// no register holds it: the one-row Q4_K kernel's loop 868 -> 816 instructions per two
+// super-blocks (bench/sass_counts.py), the same values. The _prmt forms (a PRMT each) stay for
+// Q6_K, whose wide kernels spill a few more bytes with the folded form.
+OJ_DEV u32 splat_lo(u32 v) {
+    u32 d;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {l, l}; }" : "=r"(d) : "r"(v));
+    return d;
+}
+OJ_DEV u32 splat_hi(u32 v) {
+    u32 d;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {h, h}; }" : "=r"(d) : "r"(v));
+    return d;
+}
+OJ_DEV u32 splat_lo_prmt(u32 v) { return __byte_perm(v, 0u, 0x1010); }
+OJ_DEV u32 splat_hi_prmt(u32 v) { return __byte_perm(v, 0u, 0x3232); }
 
 // 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes at scale_base (Q4_K/Q5_K).
 // hdr = the first 16 bytes of the block: d, dmin, scales[12].
@@ -211,15 +225,15 @@ struct FragQ6K {
     // scales become exact f16 by the XOR-0x80 + 1152 trick, and d * sc (11 x 8 bits) is exact
     // in f32, so the f16 product rounds to the bits of the f32 one.
     OJ_DEV void prep(int t) {
-        const u32 d2 = splat_lo(dbits), sel = 0x4240u + 0x0101u * (u32)(t >> 1);
+        const u32 d2 = splat_lo_prmt(dbits), sel = 0x4240u + 0x0101u * (u32)(t >> 1);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int qh2 = 0; qh2 < 2; ++qh2) {
                 const u32 b = word_of(sc, 2 * n + qh2) ^ 0x80808080u;
                 const u32 p = hmul2(d2, hsub2(__byte_perm(b, 0x64646464u, sel), H2_1152));
-                ds[n][2 * qh2] = splat_lo(p);
-                ds[n][2 * qh2 + 1] = splat_hi(p);
+                ds[n][2 * qh2] = splat_lo_prmt(p);
+                ds[n][2 * qh2 + 1] = splat_hi_prmt(p);
             }
     }
     // 6-bit codes as f16: 4 low bits | 2 high bits << 4 OR-ed onto 1024 (q < 2), or, for the
