@@ -96,6 +96,13 @@ OJ_DEV u32 hadd2(u32 a, u32 b) {
     asm("{ add.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
+// -a (the sign bits flipped, as XOR 0x80008000 would, but as a PTX neg that ptxas folds into
+// the f16x2 instruction reading it: no LOP3)
+OJ_DEV u32 hneg2(u32 a) {
+    u32 d;
+    asm("{ neg.f16x2 %0, %1; }" : "=r"(d) : "r"(a));
+    return d;
+}
 OJ_DEV u32 hsub2(u32 a, u32 b) {
     u32 d;
     asm("{ sub.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));

@@ -132,12 +132,12 @@ OJ_DEV void kquant_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (
     const u32 sc_hi = hsub2(and_or<0x000F000Fu>(w, and_or<0x00300030u, H2_1024>(y >> 2)), H2_1024);
     const u32 mn_hi = hsub2(and_or<0x000F000Fu>(w >> 4, and_or<0x00300030u, H2_1024>(z >> 2)), H2_1024);
     dd = hmul2(splat_lo(hdr.x), H2_2P14);
-    const u32 ndmin2 = splat_hi(hdr.x) ^ 0x80008000u;
+    const u32 ndmin2 = hneg2(splat_hi(hdr.x));
     const u32 p_lo = hmul2(sc_lo, mul), p_hi = hmul2(sc_hi, mul);
     const u32 h_lo = hmul2(ndmin2, mn_lo), h_hi = hmul2(ndmin2, mn_hi);
     // the exact remainder of each f16 product (fma), rounded: what h_lo / h_hi left over
-    const u32 l_lo = hfma2(ndmin2, mn_lo, h_lo ^ 0x80008000u);
-    const u32 l_hi = hfma2(ndmin2, mn_hi, h_hi ^ 0x80008000u);
+    const u32 l_lo = hfma2(ndmin2, mn_lo, hneg2(h_lo));
+    const u32 l_hi = hfma2(ndmin2, mn_hi, hneg2(h_hi));
     splat_pairs(p_lo, p_hi, scm);
     splat_pairs(h_lo, h_hi, mhi);
     splat_pairs(l_lo, l_hi, mlo);
