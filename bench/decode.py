@@ -341,8 +341,6 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"deep_types": NO_TURNS},
     {"deep_types": NO_TURNS, "deep_all": True},
     {"deep_all": True},
-    # activation rows past a pass's last row as zeros loaded under a branch (before v31)
-    {"b_clamp": False},
 ]
 
 

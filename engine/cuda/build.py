@@ -189,9 +189,6 @@ class MatmulConfig:
     # the single-super-block-ahead row kernels of Q4_K/Q5_K with two raw buffers taking turns
     # instead of a ring shifted by register moves (matmul.cu wmat_rows; the same bits)
     turns: bool = True
-    # activation rows past a pass's last row load the last row's fragment instead of zeros
-    # (matmul.cu b_pair: no branch in the loop; the same bits)
-    b_clamp: bool = True
     # decode passes finish SwiGLU in the gate|up product's epilogue (kernels.matmul_swiglu)
     # where the weight's rows allow it; False: the product, then Ops.swiglu (same bits)
     swiglu_epilogue: bool = True
@@ -214,7 +211,6 @@ class MatmulConfig:
             f"-DMM_MTF={self.mt_few}",
             f"-DMM_MINBF={self.min_blocks_few}",
             f"-DMM_TURNS={int(self.turns)}",
-            f"-DMM_BCLAMP={int(self.b_clamp)}",
         )
 
     def tiled(self, n_rows: int) -> bool:

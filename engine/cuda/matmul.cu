@@ -49,19 +49,12 @@
 #ifndef MM_TURNS
 #define MM_TURNS 1  // MatmulConfig.turns
 #endif
-#ifndef MM_BCLAMP
-#define MM_BCLAMP 1  // MatmulConfig.b_clamp
-#endif
 
 // The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
-// (x0, x2) and (x1, x3). Past the last row: with MM_BCLAMP (MatmulConfig.b_clamp) the last row's
-// fragment, else zeros. A column of B meets only its own column of the mma's output, and the
-// products store no column past the last row, so either never reaches a result (the same bits);
-// the clamped load needs no branch or zeroing (bench/sass_counts.py: the one-row Q4_K kernel's
-// loop 816 -> 786 instructions per two super-blocks), but holds more registers in the wide
-// kernels (small spills in some `_3`/`_4` and Q5_K/Q6_K pair kernels, sm_90 ptxas).
-// Both kernels take their B operands from here, which is half of why wmat_gemm's results are
-// wmat_rows's bit for bit.
+// (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
+// which is half of why wmat_gemm's results are wmat_rows's bit for bit. (Loading the last row's
+// fragment instead of zeros needs no branch and gives the same bits, but it held more registers
+// and made the steps 2.5-19 % slower on the H200: v32a.)
 // X: f32 rows (XL < 0; ldx in floats), or the same rows as their producer already rounded them
 // (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; rows interleaved in groups
 // of 2^XL as `packed_at` says, XL a constant so the chunks' offsets are too; ldx in halves),
@@ -70,11 +63,7 @@
 // interleaving, 8-row products 23 % faster).
 template <int XL>
 OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows) {
-#if MM_BCLAMP
-    r = min(r, nrows - 1);
-#else
     if (r >= nrows) return make_uint2(0u, 0u);
-#endif
     if (XL >= 0) return *(const uint2*)((const u16*)X + packed_at(r, e, ldx, XL));
     return pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + e));
 }
