@@ -103,6 +103,7 @@ def manifest() -> dict[str, Any]:
     """What a result depends on: GPU, clocks, driver, CUDA, commit (and the host, for CPU runs)."""
     query = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu"
     nvcc = sh(["nvcc", "--version"]).splitlines()
+    git, checkout = ["git", "-C", str(ROOT)], is_checkout()
     info: dict[str, Any] = {
         "gpu": None,
         "sms": None,
@@ -112,10 +113,8 @@ def manifest() -> dict[str, Any]:
         "nvidia_smi": sh(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"]),
         "nvcc": nvcc[-1] if nvcc else "",
         # a copy inside a checkout (gpu_check.sh's _main/) is named by its tree alone
-        "commit": (is_checkout() and sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]))
-        or "unknown",
-        "dirty": is_checkout()
-        and bool(sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])),
+        "commit": (checkout and sh([*git, "rev-parse", "--short", "HEAD"])) or "unknown",
+        "dirty": checkout and bool(sh([*git, "status", "--porcelain", "--untracked-files=no"])),
         "tree": worktree_tree() or "unknown",  # the files measured (worktree_tree says how)
         "host_cpus": os.cpu_count(),
         "python": platform.python_version(),
