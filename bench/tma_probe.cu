@@ -179,7 +179,7 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
     for (int c = 0; c < 16; ++c) {
         uint2 b;
         if (FLAGS & ABL_NO_B) b = make_uint2(0x3C003C00u ^ (u32)(c * 0x00010001), 0x38003800u + (u32)t);
-        else b = b_pair<0>(X, ldx, gid, sb * 256 + FragQ4K::e0(t, c), nrows);
+        else b = b_pair<0, FragQ4K>(X, ldx, gid, sb, t, c, nrows);
         u32 a0, a1, a2, a3;
         if (FLAGS & ABL_NO_DEQ) {
             const int w = c >> 1;

@@ -50,8 +50,8 @@
 #define MM_TURNS 1  // MatmulConfig.turns
 #endif
 
-// The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
-// (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
+// The B fragment of activation row r at elements e..e+3 of super-block sb, e = Frag::e0(t, c)
+// (a fragment chunk's four k): f16 pairs (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
 // which is half of why wmat_gemm's results are wmat_rows's bit for bit. (Loading the last row's
 // fragment instead of zeros needs no branch and gives the same bits, but it held more registers
 // and made the steps 2.5-19 % slower on the H200: v32a.)
@@ -61,11 +61,18 @@
 // so the fragment is one 8-byte load: no conversions, half the bytes, half the registers for
 // the unrolled loads (bench/NOTES.md v15: products of 4-8 rows 5 % faster; v19: the
 // interleaving, 8-row products 23 % faster).
-template <int XL>
-OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows) {
+// Every format's e0(t, c) is e0(t, 0) + e0(0, c) with disjoint bits (tests/unit/
+// test_packed_layout.py), so packed_at's quad slots are taken of the two parts apart: the
+// lane's part once per kernel, the chunk's a constant (taken of their sum, the slot cost
+// instructions in every chunk: sass_counts, mmh1_q4_k_1 800 -> 1,138 per pass).
+template <int XL, class Frag>
+OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int sb, int t, int c, int nrows) {
     if (r >= nrows) return make_uint2(0u, 0u);
-    if (XL >= 0) return *(const uint2*)((const u16*)X + packed_at(r, e, ldx, XL));
-    return pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + e));
+    if (XL >= 0) {
+        const int e_slot = sb * 256 + packed_elem(Frag::e0(t, 0)) + packed_elem(Frag::e0(0, c));
+        return *(const uint2*)((const u16*)X + packed_at_slot(r, e_slot, ldx, XL));
+    }
+    return pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + sb * 256 + Frag::e0(t, c)));
 }
 
 // The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
@@ -74,11 +81,10 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
                            const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
-        const int e = sb * 256 + Frag::e0(t, c);
         u32 b[NT][2];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const uint2 v = b_pair<XL>(X, ldx, 8 * n + gid, e, nrows);
+            const uint2 v = b_pair<XL, Frag>(X, ldx, 8 * n + gid, sb, t, c, nrows);
             b[n][0] = v.x;
             b[n][1] = v.y;
         }
@@ -388,7 +394,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
                     const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
                     for (int cc = 0; cc < 8; ++cc)
-                        Bs[n][cc][lane] = b_pair<XL>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
+                        Bs[n][cc][lane] = b_pair<XL, Frag>(X, ldx, r, sb, t, 8 * half + cc, nrows);
                 }
                 __syncthreads();
 #pragma unroll

@@ -231,11 +231,11 @@ def test_gate_up_product_finishing_swiglu_gives_product_then_swiglu_bits(
     gu = cp.full((n_rows, 2 * F), np.nan, dtype=cp.float32)
     kernels.matmul(w, x, gu, xh=xh)
     h = cp.full((n_rows, F), np.nan, dtype=cp.float32)
-    want = cp.full((rows, F), np.nan, dtype=cp.float16)
+    want = cp.full((rows, kernels.packed_width(F)), np.nan, dtype=cp.float16)
     ops.swiglu(gu, h, want, interleaved=True)
     for cfg in _row_tilings():
         for packed in (None, xh):
-            got = cp.full((rows, F), np.nan, dtype=cp.float16)
+            got = cp.full((rows, kernels.packed_width(F)), np.nan, dtype=cp.float16)
             kernels.matmul_swiglu(w, x, packed, got)
             assert cp.array_equal(
                 kernels.unpack_activations(got, n_rows)[:n_rows],
@@ -277,24 +277,27 @@ def test_a_pair_of_products_in_one_launch_gives_two_launches_bits(
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 9])
 def test_pack_activations_layout(n_rows: int) -> None:
     """Each group of four stored x0 x2 x1 x3, rounded to nearest f16; rows in groups of g = 1,
-    4 or 8 by the row count that store quad by quad their rows' quads side by side (common.cuh
-    packed_at); unpack inverts."""
+    4 or 8 by the row count that store quad by quad their rows' quads side by side, quad q of a
+    row in slot q with bits 0 and 2 swapped, rows padded to 32 halves (common.cuh packed_at);
+    unpack inverts."""
     import cupy as cp
 
-    x = cp.arange(n_rows * 8, dtype=cp.float32).reshape(n_rows, 8) + 0.1
+    K = 40  # a group of 8 quads and a part of the next
+    x = cp.arange(n_rows * K, dtype=cp.float32).reshape(n_rows, K) + 0.1
     g = {1: 1, 2: 4, 3: 4, 4: 4, 9: 8}[n_rows]
     assert 1 << kernels.packed_group(n_rows) == g
     packed = cp.asnumpy(kernels.pack_activations(x))
-    assert packed.shape == (-(-n_rows // g) * g, 8) == (kernels.packed_rows(n_rows), 8)
+    assert packed.shape == (-(-n_rows // g) * g, 64) == (kernels.packed_rows(n_rows), 64)
     flat = packed.reshape(-1)
     for r in range(n_rows):
-        for q in range(2):
-            at = (r // g) * g * 8 + (q * g + r % g) * 4
+        for q in range(K // 4):
+            slot = (q & ~5) | ((q & 1) << 2) | ((q >> 2) & 1)
+            at = (r // g) * g * 64 + (slot * g + r % g) * 4
             want = [x[r, 4 * q + i].item() for i in (0, 2, 1, 3)]
             assert flat[at : at + 4].tolist() == np.array(want, np.float16).tolist()
     back = kernels.unpack_activations(kernels.pack_activations(x), n_rows)
-    assert cp.array_equal(back[:n_rows], x.astype(cp.float16))
-    assert not bool(back[n_rows:].any())  # the rows past the last, zero
+    assert cp.array_equal(back[:n_rows, :K], x.astype(cp.float16))
+    assert not bool(back[n_rows:].any()) and not bool(back[:, K:].any())  # padding: zero
 
 
 def test_matmul_rejects_misshapen_packed_activations() -> None:
