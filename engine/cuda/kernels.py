@@ -121,7 +121,9 @@ def matmul_swiglu(w: GpuWeight, x: Any, xh: Any, hh: Any) -> None:
     _check(w.ggml_type != F32 and w.rows % 16 == 0, f"matmul_swiglu {w.name}: not a gate|up weight")
     _check(not build.MATMUL_CONFIG.tiled(R), f"matmul_swiglu: {R} rows run the tiled kernel")
     out = _packed(hh, R, F, "matmul_swiglu")
-    _check(out[1] == hh.shape[1], "matmul_swiglu: hh must be contiguous")
+    _check(
+        out[1] == packed_width(F), "matmul_swiglu: hh must be contiguous rows of packed_width(F)"
+    )
     _product(w, x, xh, out, _SWIGLU)
 
 
