@@ -51,10 +51,11 @@
 #endif
 
 // The B fragment of activation row r at elements e..e+3 of super-block sb, e = Frag::e0(t, c)
-// (a fragment chunk's four k): f16 pairs (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
-// which is half of why wmat_gemm's results are wmat_rows's bit for bit. (Loading the last row's
-// fragment instead of zeros needs no branch and gives the same bits, but it held more registers
-// and made the steps 2.5-19 % slower on the H200: v32a.)
+// (a fragment chunk's four k): f16 pairs (x0, x2) and (x1, x3); zeros past the last row. Both
+// kernels take their B operands from here, which is half of why wmat_gemm's results are
+// wmat_rows's bit for bit. (Loading the last row's fragment instead of zeros needs no branch
+// and gives the same bits, but it held more registers and made the steps 2.5-19 % slower on
+// the H200: v32a.)
 // X: f32 rows (XL < 0; ldx in floats), or the same rows as their producer already rounded them
 // (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; rows interleaved in groups
 // of 2^XL as `packed_at` says, XL a constant so the chunks' offsets are too; ldx in halves),
