@@ -17,6 +17,21 @@ from engine.cuda import kernels
 NVCC = shutil.which("nvcc")
 COMMON = Path(kernels.__file__).with_name("common.cuh")
 
+
+def _host_output(tmp_path: Path, program: str) -> str:
+    """What a host program that includes the engine's CUDA headers prints (nvcc, then run)."""
+    src, exe = tmp_path / "host.cu", tmp_path / "host"
+    src.write_text(program)
+    build = subprocess.run(
+        [str(NVCC), "-std=c++17", f"-I{COMMON.parent}", "-o", str(exe), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr
+    return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+
+
 HOST_PROGRAM = """
 #include <cstdio>
 #include "common.cuh"
@@ -35,18 +50,7 @@ int main() {
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_packed_at_is_where_pack_rows_puts_each_quad(tmp_path: Path) -> None:
-    src, exe = tmp_path / "layout.cu", tmp_path / "layout"
-    src.write_text(HOST_PROGRAM)
-    build = subprocess.run(
-        [str(NVCC), "-std=c++17", f"-I{COMMON.parent}", "-o", str(exe), str(src)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr
-    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(
-        "\n"
-    )
+    lines = _host_output(tmp_path, HOST_PROGRAM).split("\n")
     checked = 0
     for n_rows, lg in ((1, 0), (3, 2), (11, 3)):
         x = np.arange(n_rows * 72, dtype=np.float32).reshape(n_rows, 72)
@@ -90,16 +94,7 @@ def test_every_fragment_offset_splits_into_a_lane_part_and_a_chunk_part(tmp_path
     """matmul.cu b_pair moves a lane's part and a chunk's part of Frag::e0(t, c) to their quad
     slots apart: right only if e0(t, c) = e0(t, 0) + e0(0, c) with no bit in common, for every
     format (then the slot of the sum is the sum of the slots)."""
-    src, exe = tmp_path / "fragments.cu", tmp_path / "fragments"
-    src.write_text(FRAGMENTS_PROGRAM)
-    build = subprocess.run(
-        [str(NVCC), "-std=c++17", f"-I{COMMON.parent}", "-o", str(exe), str(src)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr
-    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    out = _host_output(tmp_path, FRAGMENTS_PROGRAM).split()
     rows = [out[i : i + 5] for i in range(0, len(out), 5)]
     assert len(rows) == 5 * 4 * 16
     slots = kernels.packed_quad_slots(64)
