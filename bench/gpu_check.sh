@@ -30,7 +30,9 @@
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
 #                                    by git archive main | tar -x -C _main, carry: .whl _main): steps, prefill;
-#                                    KEYS=a,b: this tree also under the row variants setting them
+#                                    KEYS=a,b: this tree also under the row variants setting them;
+#                                    TREES="_main _tree_x": more copies (_tree_*/ are ignored too),
+#                                    each timed before this tree, its files named x_steps.*
 #   compare-suite                    the same, then the whole GPU suite
 #   matmul                           the weight pass and whole steps under bench/decode.py's
 #                                    ROW_VARIANTS (weight-product tilings and load policies)
@@ -126,8 +128,8 @@ fi
 if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   # whole steps and prefill of a copy of main in _main/, then of this tree (same call); `--keys
   # none` keeps ROW_VARIANTS to the default alone
-  for tree in _main .; do
-    name=$([ "$tree" = . ] && echo matmul_steps || echo main_steps)
+  for tree in ${TREES:-_main} .; do
+    name=$([ "$tree" = . ] && echo matmul || basename "$tree" | sed 's/^_tree_//; s/^_//')_steps
     keys=$([ "$tree" = . ] && echo "${KEYS:-none}" || echo none)
     (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${STEPS_S:-120}" python3 bench/decode.py --step --matmul-steps \
       --keys "$keys" --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
