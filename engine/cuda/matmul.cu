@@ -49,6 +49,9 @@
 #ifndef MM_TURNS
 #define MM_TURNS 1  // MatmulConfig.turns
 #endif
+#ifndef MM_DEEP_TURNS
+#define MM_DEEP_TURNS 1  // MatmulConfig.deep_turns
+#endif
 
 // The B fragment of activation row r at elements e..e+3 of super-block sb, e = Frag::e0(t, c)
 // (a fragment chunk's four k): f16 pairs (x0, x2) and (x1, x3); zeros past the last row. Both
@@ -218,6 +221,26 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
             if (sb2 >= nsb) break;
             if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
             run(fb, sb2, X);
+        }
+    } else if constexpr (DEPTH == 2 && Frag::kTurns && MM_DEEP_TURNS) {
+        // The deep kernels (_1d) of the same formats: three buffers taking turns, two
+        // super-blocks in flight while the third is multiplied, and no register moves (the ring
+        // below spends one per raw register and super-block and, with the shift, waits for the
+        // load just issued). Same super-blocks in the same order: the same bits.
+        Frag fa[MT][2], fb[MT][2], fc[MT][2];
+        if (warp < nsb) load_to(fa, warp);
+        if (warp + MM_NW < nsb) load_to(fb, warp + MM_NW);
+        oj_grid_dep();  // after the first loads, as above
+        for (int sb = warp; sb < nsb; sb += 3 * MM_NW) {
+            const int sb1 = sb + MM_NW, sb2 = sb + 2 * MM_NW;
+            if (sb2 < nsb) load_to(fc, sb2);
+            run(fa, sb, X);
+            if (sb1 >= nsb) break;
+            if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+            run(fb, sb1, X);
+            if (sb2 >= nsb) break;
+            if (sb2 + 2 * MM_NW < nsb) load_to(fb, sb2 + 2 * MM_NW);
+            run(fc, sb2, X);
         }
     } else {
         // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the

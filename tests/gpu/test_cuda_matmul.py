@@ -133,16 +133,20 @@ def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) 
 def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows: int) -> None:
     """The `_1d` kernels (two super-blocks in flight per warp, chosen for narrow products) give
     the plain single-n-tile kernels' results bit for bit, f32 and packed activations, with an
-    uneven K split over the four classes."""
+    even K split over the four classes and an uneven one (3 super-blocks per warp; 4 or 5: the
+    three buffers taking turns end at each of their places); so do they with their ring of raw
+    blocks (MatmulConfig.deep_turns off)."""
     import cupy as cp
 
     rng = np.random.default_rng(90 + 10 * ggml_type + n_rows)
-    w, _ = _weight(ggml_type, 72, 256 * 11, int(rng.integers(1 << 30)))
-    x = cp.asarray(rng.standard_normal((n_rows, 256 * 11)).astype(np.float32))
     configs = [build.MatmulConfig(deep_narrow=deep) for deep in (False, True)]
-    for cfg, suffix in zip(configs, ("_1", "_1d"), strict=True):
+    configs.append(build.MatmulConfig(deep_turns=False))
+    for cfg, suffix in zip(configs, ("_1", "_1d", "_1d"), strict=True):
         assert cfg.row_tile(ggml_type, n_rows, False, 72, 132).name.endswith(suffix)
-    _assert_same_bits_under(configs, w, x)
+    for cols in (256 * 12, 256 * 19):
+        w, _ = _weight(ggml_type, 72, cols, int(rng.integers(1 << 30)))
+        x = cp.asarray(rng.standard_normal((n_rows, cols)).astype(np.float32))
+        _assert_same_bits_under(configs, w, x)
 
 
 def _row_tilings() -> Iterator[build.MatmulConfig]:
