@@ -326,7 +326,7 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"few_rows": 16},
     # the Q4_K/Q5_K row kernels with a ring of raw blocks shifted by register moves (before)
     {"turns": False},
-    # the deep (`_1d`) Q4_K/Q5_K kernels with their ring of raw blocks (before v33)
+    # the deep (`_1d`) kernels with their ring of raw blocks (before v33)
     {"deep_turns": False},
     # the gate|up product, then the swiglu kernel (before v26); a mixer's two input products
     # of different formats as two launches (before v26)

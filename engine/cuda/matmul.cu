@@ -222,11 +222,14 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
             if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
             run(fb, sb2, X);
         }
-    } else if constexpr (DEPTH == 2 && Frag::kTurns && MM_DEEP_TURNS) {
-        // The deep kernels (_1d) of the same formats: three buffers taking turns, two
-        // super-blocks in flight while the third is multiplied, and no register moves (the ring
-        // below spends one per raw register and super-block and, with the shift, waits for the
-        // load just issued). Same super-blocks in the same order: the same bits.
+    } else if constexpr (DEPTH == 2 && MM_DEEP_TURNS) {
+        // The deep kernels (_1d), every format: three buffers taking turns, two super-blocks in
+        // flight while the third is multiplied, and no register moves (the ring below spends
+        // one per raw register and super-block and, with the shift, waits for the load just
+        // issued; sass_counts: mmh1_q4_k_1d 458 -> 375 loop instructions per super-block,
+        // q6_k 542 -> 465, q8_0 393 -> 293). Their cap of MM_MINB1D CTAs per SM leaves the
+        // registers for it but for 4-16 bytes of spills in some Q6_K, Q8_0 and pair kernels
+        // (sm_90 ptxas). Same super-blocks in the same order: the same bits.
         Frag fa[MT][2], fb[MT][2], fc[MT][2];
         if (warp < nsb) load_to(fa, warp);
         if (warp + MM_NW < nsb) load_to(fb, warp + MM_NW);
@@ -243,7 +246,8 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
             run(fc, sb2, X);
         }
     } else {
-        // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the
+        // The other formats' single-super-block kernels (and the deep ones without
+        // MatmulConfig.deep_turns): a ring of raw blocks, ring[d] the
         // super-block d steps ahead, shifted by one each super-block. (With DEPTH 2 the shift
         // makes the compiler wait for the load just issued, so one super-block is in flight in
         // effect; an unrolled ring that kept two was no faster, bench/NOTES.md v16a.)
