@@ -2,6 +2,8 @@
 # One device call: install carried wheels, run the GPU tests, then the benchmarks.
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
 #   tests | bench | all | variants   GPU tests (pytest-xdist) / bench/decode.py (carry: .whl)
+#   named                            the GPU tests named by pytest's arguments alone (files, ids,
+#                                    -k), the product module built first (PYTEST_S, WORKERS)
 #   accuracy                         the whole-model accuracy tests alone, printing their top-1
 #                                    and KL figures (pytest prints them only when it finishes)
 #   pending                          a branch of unverified GPU work, first call (~9.5 min): the
@@ -122,6 +124,10 @@ openjet_server() {
   timeout "$limit" python3 bench/parallel.py --engines openjet --json "$OUT/$json" "$@" 2>&1 \
     | tee -a "$OUT/$log" | grep "per agent\|goal"
 }
+if [ "$MODE" = named ]; then  # only what the arguments name (`tests` always adds tests/gpu)
+  gpu_pytest "${PYTEST_S:-330}" pytest.log "$@" | tail -8
+  [ ! -f "$OJ_FIGURES" ] || cat "$OJ_FIGURES"
+fi
 if [ "$MODE" = accuracy ]; then  # the whole-model accuracy tests alone, with their figures (~3 min)
   gpu_pytest 300 pytest_accuracy.log tests/gpu/test_cuda_backend.py -rfP -k "exact_reference" "$@" | grep "top-1\|passed\|failed" | grep -v PASSED
 fi
