@@ -114,7 +114,9 @@ gpu_pytest() {
 gpu_pytest_built() {
   local limit=$1 log=$2
   shift 2
-  timeout "$limit" python3 -m pytest -q -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
+  # -v: each test's name and outcome as it ends, so a run cut by its limit still says which
+  # tests passed and failed (v33c's -q log held 35 F's and no names)
+  timeout "$limit" python3 -m pytest -v -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
 }
 # OpenJet's server alone through bench/parallel.py: limit (s), result file, log file, then
 # parallel.py's arguments; prints the per-agent and goal lines
