@@ -28,6 +28,8 @@
 #                                    a ring in shared memory against the engine's kernels (~3 min)
 #   ablation                         bench/tma_probe.py --set ablation: the one-row Q4_K kernel with
 #                                    parts of its work taken out, each timed (~2 min)
+#   launch                           bench/tma_probe.py --set launch: the weight loads alone on
+#                                    other grids and launch orders (~2 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
@@ -184,8 +186,8 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   bash "$0" probe; bash "$0" chain
   exit $?
 fi
-if [ "$MODE" = tma ] || [ "$MODE" = ablation ]; then  # tma_probe.py's two sets (ablation: one row)
-  rows=$([ "$MODE" = ablation ] && echo 1 || echo "${ROWS:-1,4}")
+if [ "$MODE" = tma ] || [ "$MODE" = ablation ] || [ "$MODE" = launch ]; then  # tma_probe.py's sets
+  rows=$([ "$MODE" = tma ] && echo "${ROWS:-1,4}" || echo 1)
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/$MODE.log"
   exit $?

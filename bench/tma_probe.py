@@ -6,6 +6,13 @@ With --set ablation: the engine's one-row kernel with parts of its work taken ou
 activation loads, the dequantization, the mma, the weight loads), each timed the same way, to
 see which part of a warp's chain sets the products' rate.
 
+With --set launch: the weight loads alone, each CTA streaming an equal share of a matrix's bytes
+on grids of 2, 4 and 8 CTAs per SM or one CTA per 16-row tile, each consecutive pair of launches
+ordered as the engine's products are, as its small kernels are, or not at all; beside the
+ablation's loads alone on the engine's tiles. It tells what the step's loss at the launch
+boundaries is made of: a grid that fits the SMs badly (the flat kernels on full grids near the
+floor), or the dependency between consecutive launches (only the unordered ones near it).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
@@ -53,6 +60,19 @@ ABLATION = {
         ("rows_abl_loads", 0)],
 }  # fmt: skip
 CHECKED_ABLATIONS = ("rows1", "rows_abl_all")
+# --set launch (tma_probe.cu flat_*): per_sm 0 = one CTA per 16-row tile, else that many per SM
+LAUNCH = {
+    1: [("rows1", 0), ("rows_abl_loads", 0), ("flat", 0), ("flat", 2), ("flat", 4), ("flat", 8),
+        ("flat_early", 4), ("flat_nodep", 4), ("flat_nodep", 8)],
+}  # fmt: skip
+SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH}
+
+
+def checked(kernel: str) -> bool:
+    """Whether a probe kernel computes the product (the ablations and loads alone do not)."""
+    return kernel in CHECKED_ABLATIONS or not ("_abl_" in kernel or kernel.startswith("flat"))
+
+
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
 # 4 CTAs per SM (228 KiB per SM), where the ablations' fewer registers would allow 5
 ROWS_SMEM = 46 * 1024
@@ -80,6 +100,8 @@ class Probe:
         `ctas` CTAs when given."""
         tiles = -(-w.rows // 16)
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
+        if kernel.startswith("flat") and per_sm:  # an equal share of the bytes per CTA
+            grid = per_sm * self.sms
         i32 = np.int32
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, i32(xh.shape[1]), y, i32(y.shape[1]), i32(R))  # fmt: skip
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
@@ -98,7 +120,7 @@ def check(probe: Probe) -> dict[str, float]:
     for rows, cols in shapes:
         w = weights.random_weight("check", weights.Q4_K, rows, cols, rows + cols)
         for R, listed in probe.variants.items():
-            variants = [(k, p) for k, p in listed if k in CHECKED_ABLATIONS or "_abl_" not in k]
+            variants = [(k, p) for k, p in listed if checked(k)]
             x = cp.random.default_rng(R).standard_normal((R, cols), dtype=cp.float32)
             xh = kernels.pack_activations(x)
             want = cp.full((R, rows), np.nan, cp.float32)
@@ -137,18 +159,19 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation: 1)")
+    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation, launch: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--set",
-        choices=("tma", "ablation"),
+        choices=tuple(SETS),
         default="tma",
-        help="the bulk-copy kernels, or the one-row kernel's ablations (one row only)",
+        help="the bulk-copy kernels, the one-row kernel's ablations, or the loads alone on other"
+        " grids and launch orders (the last two: one row only)",
     )
     args = parser.parse_args()
     require_gpu("bench/tma_probe.py")
-    variants = VARIANTS if args.set == "tma" else ABLATION
+    variants = SETS[args.set]
     rows = [int(r) for r in args.rows.split(",")]
     if any(r not in variants for r in rows):
         parser.error(f"--rows: of {sorted(variants)} for --set {args.set}")

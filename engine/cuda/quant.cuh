@@ -151,7 +151,7 @@ struct FragQ4K {
     static constexpr bool kTurns = true;  // wmat_rows: two raw buffers taking turns
     uint4 hdr, q0, q1;
     u32 scm[4], mhi[4], mlo[4], dd;  // sub-blocks 2G0, 2G0+1, 2G1, 2G1+1 (G as e0)
-    OJ_DEV static int e0(int t, int c) {
+    OJ_HD static int e0(int t, int c) {
         const int w = c >> 1, h = c & 1, G = (w < 4 ? 0 : 2) + (t >> 1);
         return 64 * G + 32 * h + 16 * (t & 1) + 4 * (w & 3);
     }
@@ -176,7 +176,7 @@ struct FragQ5K {
     uint4 hdr, qh, q0, q1;
     u32 scm[4], mhi[4], mlo[4], dd;
     int t_;
-    OJ_DEV static int e0(int t, int c) { return FragQ4K::e0(t, c); }
+    OJ_HD static int e0(int t, int c) { return FragQ4K::e0(t, c); }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const u8* blk = W.p0 + unit_index(W, row, sb) * 176;
         hdr = *(const uint4*)blk;
@@ -206,7 +206,7 @@ struct FragQ6K {
     uint4 sc;
     u16 dbits;
     u32 ds[2][4];
-    OJ_DEV static int e0(int t, int c) {
+    OJ_HD static int e0(int t, int c) {
         const int n = c >> 3, q = (c >> 1) & 3, j = c & 1;
         return 128 * n + 32 * q + 8 * t + 4 * j;
     }
@@ -262,7 +262,7 @@ struct FragQ8_0 {
     uint4 qv[4];
     u32 dpair;  // the two f16 block scales of this thread's 64 elements
     u32 dsp[2];
-    OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
+    OJ_HD static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const size_t u = unit_index(W, row, sb);
         const u8* q = W.p0 + u * 256 + 64 * t;
@@ -287,7 +287,7 @@ struct FragQ8_0 {
 struct FragF16 {
     static constexpr bool kTurns = false;
     const u8* base;
-    OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
+    OJ_HD static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         base = W.p0 + (unit_index(W, row, sb) * 256 + 64 * t) * 2;
     }
