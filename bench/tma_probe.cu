@@ -284,3 +284,56 @@ OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __r
 FLAT_KERNEL(flat_nodep, 0)
 FLAT_KERNEL(flat, 1)
 FLAT_KERNEL(flat_early, 2)
+
+// ---- Staged (--set stage): `flat`'s order (DEP 1: the wait, then the release), but before its
+// wait each CTA asks the first STAGE_KB KiB of its share into shared memory (cp.async, sm_80+)
+// instead of one register round (16 KiB per CTA). Why: v34a had the loads alone at 1.26x the floor
+// with that order and 1.02x without it. If the loss is the predecessor's tail, when the waiting
+// CTAs have nothing more in flight, then more bytes asked before the wait should take it back,
+// as long as two launches' CTAs still fit an SM together (4 CTAs per SM: 24 KiB each fits, 32
+// does not; 3 per SM: 32; 2 per SM: 48). A fused kernel could hold a later product's weights the
+// same way while it waits.
+template <int STAGE_KB>
+OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
+    constexpr int LU = 8, WORDS = STAGE_KB * 64;  // 16-byte words in the stage
+    __shared__ __align__(16) uint4 stage[WORDS];
+    const long n = (long)rows * (cols >> 8) * (144 / 16);
+    const long share = (n + gridDim.x - 1) / gridDim.x;
+    const long begin = (long)blockIdx.x * share, end = min(n, begin + share);
+    const long staged = min(end, begin + (long)WORDS);
+    const uint4* __restrict__ p = (const uint4*)p0;
+    // each thread reads back only the words it asked for, so no block barrier is needed
+    for (long i = begin + threadIdx.x; i < staged; i += blockDim.x)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(stage + (i - begin))),
+                     "l"(p + i)
+                     : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    oj_grid_dep();
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    u32 x = 0;
+    for (long i = begin + threadIdx.x; i < staged; i += blockDim.x) {
+        const uint4 v = stage[i - begin];
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    for (long i0 = staged + threadIdx.x; i0 < end; i0 += LU * (long)blockDim.x) {
+        uint4 v[LU];
+#pragma unroll
+        for (int u = 0; u < LU; ++u) {
+            const long i = i0 + (long)u * blockDim.x;
+            v[u] = i < end ? p[i] : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
+}
+
+#define STAGED_KERNEL(KB)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        flat_stage##KB(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        flat_staged<KB>(p0, rows, cols, Y, R);                                                    \
+    }
+STAGED_KERNEL(16)
+STAGED_KERNEL(24)
+STAGED_KERNEL(32)
+STAGED_KERNEL(48)

@@ -13,12 +13,15 @@ ablation's loads alone on the engine's tiles. It tells what the step's loss at t
 boundaries is made of: a grid that fits the SMs badly (the flat kernels on full grids near the
 floor), or the dependency between consecutive launches (only the unordered ones near it).
 
+With --set stage: the same loads in `flat`'s order with 16-48 KiB per CTA asked into shared
+memory before the wait (does the boundary's loss shrink with more bytes in flight across it?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -65,7 +68,13 @@ LAUNCH = {
     1: [("rows1", 0), ("rows_abl_loads", 0), ("flat", 0), ("flat", 2), ("flat", 4), ("flat", 8),
         ("flat_early", 4), ("flat_nodep", 4), ("flat_nodep", 8)],
 }  # fmt: skip
-SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH}
+# --set stage (tma_probe.cu flat_stage*): `flat` with 16-48 KiB per CTA asked into shared memory
+# before the wait, on grids where two launches' CTAs fit an SM together and (32 at 4) where not
+STAGE = {
+    1: [("flat", 4), ("flat_nodep", 4), ("flat_stage16", 4), ("flat_stage24", 4),
+        ("flat_stage32", 4), ("flat", 3), ("flat_stage32", 3), ("flat", 2), ("flat_stage48", 2)],
+}  # fmt: skip
+SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE}
 
 
 def checked(kernel: str) -> bool:
@@ -94,6 +103,12 @@ class Probe:
         names = {k for vs in variants.values() for k, _ in vs}
         self.fns = {name: launch.kernel(mod, name) for name in names}
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+    def resources(self) -> dict[str, dict[str, int]]:
+        """Each kernel's registers per thread and static shared memory (whether two launches'
+        CTAs can share an SM)."""
+        keys = ("num_regs", "shared_size_bytes", "local_size_bytes")
+        return {name: {k: int(fn.fn.attributes[k]) for k in keys} for name, fn in self.fns.items()}
 
     def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
@@ -159,15 +174,15 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation, launch: 1)")
+    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation, launch, stage: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--set",
         choices=tuple(SETS),
         default="tma",
-        help="the bulk-copy kernels, the one-row kernel's ablations, or the loads alone on other"
-        " grids and launch orders (the last two: one row only)",
+        help="the bulk-copy kernels, the one-row kernel's ablations, the loads alone on other"
+        " grids and launch orders, or staged before the wait (the last three: one row only)",
     )
     args = parser.parse_args()
     require_gpu("bench/tma_probe.py")
@@ -180,6 +195,8 @@ def main() -> int:
     probe = Probe(variants)
     info["check_max_abs_diff"] = check(probe)
     print("check", json.dumps(info["check_max_abs_diff"]), flush=True)
+    info["kernels"] = probe.resources()
+    print("kernels", json.dumps(info["kernels"]), flush=True)
     bw = read_bandwidth()
     info["read_tb_s"] = bw / 1e12
     runs = [("model_q4k", [m for m in model_matrices() if m.ggml_type == weights.Q4_K])]
