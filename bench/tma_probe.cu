@@ -309,18 +309,23 @@ OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __
                      : "memory");
     asm volatile("cp.async.commit_group;" ::: "memory");
     oj_grid_dep();
-    asm volatile("cp.async.wait_all;" ::: "memory");
     u32 x = 0;
-    for (long i = begin + threadIdx.x; i < staged; i += blockDim.x) {
-        const uint4 v = stage[i - begin];
-        x ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    for (long i0 = staged + threadIdx.x; i0 < end; i0 += LU * (long)blockDim.x) {
+    bool read = false;  // the stage is read after the first round past it is asked for (v34g
+                        // read it first, which held back the loads after the wait)
+    for (long i0 = staged + threadIdx.x; i0 < end || !read; i0 += LU * (long)blockDim.x) {
         uint4 v[LU];
 #pragma unroll
         for (int u = 0; u < LU; ++u) {
             const long i = i0 + (long)u * blockDim.x;
             v[u] = i < end ? p[i] : make_uint4(0u, 0u, 0u, 0u);
+        }
+        if (!read) {
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            for (long i = begin + threadIdx.x; i < staged; i += blockDim.x) {
+                const uint4 w = stage[i - begin];
+                x ^= w.x ^ w.y ^ w.z ^ w.w;
+            }
+            read = true;
         }
 #pragma unroll
         for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
