@@ -16,12 +16,15 @@ floor), or the dependency between consecutive launches (only the unordered ones 
 With --set stage: the same loads in `flat`'s order with 16-48 KiB per CTA asked into shared
 memory before the wait (does the boundary's loss shrink with more bytes in flight across it?).
 
+With --set steal: the same loads with each CTA taking 16 KiB chunks from a counter per product
+until none is left, ordered as the products or not (is the loss the spread of the CTAs' ends?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -74,12 +77,19 @@ STAGE = {
     1: [("flat", 4), ("flat_nodep", 4), ("flat_stage16", 4), ("flat_stage24", 4),
         ("flat_stage32", 4), ("flat", 3), ("flat_stage32", 3), ("flat", 2), ("flat_stage48", 2)],
 }  # fmt: skip
-SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE}
+# --set steal (tma_probe.cu steal*): chunks taken from a counter per product, ordered or not
+STEAL = {
+    1: [("flat", 4), ("flat_nodep", 4), ("steal", 4), ("steal_nodep", 4), ("steal", 2),
+        ("steal", 8)],
+}  # fmt: skip
+SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL}
 
 
 def checked(kernel: str) -> bool:
     """Whether a probe kernel computes the product (the ablations and loads alone do not)."""
-    return kernel in CHECKED_ABLATIONS or not ("_abl_" in kernel or kernel.startswith("flat"))
+    return kernel in CHECKED_ABLATIONS or not (
+        "_abl_" in kernel or kernel.startswith(("flat", "steal"))
+    )
 
 
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
@@ -103,6 +113,9 @@ class Probe:
         names = {k for vs in variants.values() for k, _ in vs}
         self.fns = {name: launch.kernel(mod, name) for name in names}
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
+        self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
+        self.counter_pairs: dict[int, int] = {}
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -115,10 +128,15 @@ class Probe:
         `ctas` CTAs when given."""
         tiles = -(-w.rows // 16)
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
-        if kernel.startswith("flat") and per_sm:  # an equal share of the bytes per CTA
+        if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
             grid = per_sm * self.sms
         i32 = np.int32
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, i32(xh.shape[1]), y, i32(y.shape[1]), i32(R))  # fmt: skip
+        if kernel.startswith("steal"):  # X: the counters, ldx: this product's pair
+            pair = self.counter_pairs.setdefault(id(w), len(self.counter_pairs))
+            if 2 * pair >= self.counters.size:
+                raise ValueError("tma_probe: more products than steal counters")
+            args = (w.planes[0], i32(w.rows), i32(w.cols), self.counters, i32(pair), y, i32(y.shape[1]), i32(R))  # fmt: skip
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
@@ -174,7 +192,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation, launch, stage: 1)")
+    parser.add_argument("--rows", default="1,4", help="of 1, 4 (the sets other than tma: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
@@ -182,7 +200,8 @@ def main() -> int:
         choices=tuple(SETS),
         default="tma",
         help="the bulk-copy kernels, the one-row kernel's ablations, the loads alone on other"
-        " grids and launch orders, or staged before the wait (the last three: one row only)",
+        " grids and launch orders, staged before the wait, or taken in chunks (all but the first:"
+        " one row only)",
     )
     args = parser.parse_args()
     require_gpu("bench/tma_probe.py")
