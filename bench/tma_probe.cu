@@ -293,6 +293,9 @@ FLAT_KERNEL(flat_early, 2)
 // as long as two launches' CTAs still fit an SM together (4 CTAs per SM: 24 KiB each fits, 32
 // does not; 3 per SM: 32; 2 per SM: 48). A fused kernel could hold a later product's weights the
 // same way while it waits.
+// Measured (bench/NOTES.md v34g-h): slower than `flat`, at every size and grid: over the 27B's
+// Q4_K matrices 1.39-1.50x the floor against `flat`'s 1.25-1.26x, and 1.39-1.48x with 16 KiB
+// staged, the bytes `flat` holds in registers. More bytes before the wait do not take the loss back.
 template <int STAGE_KB>
 OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
     constexpr int LU = 8, WORDS = STAGE_KB * 64;  // 16-byte words in the stage
@@ -350,6 +353,9 @@ STAGED_KERNEL(48)
 // the CTAs' ends, during which the successor waits. DEP as `flat_loads`: 0 no order, 1 the
 // engine products' (wait, then release). `counter`: two ints per product (next chunk, CTAs
 // done); the last CTA to end zeroes both, so a graph replays with no reset node.
+// Measured (bench/NOTES.md v34i): slower than `flat`'s equal shares, ordered (1.40x the floor
+// against 1.26x) or not (1.17x against 1.02x): each take costs a counter round trip and two
+// block barriers, and at ~50 KiB per CTA per product a CTA takes only about three chunks.
 template <int DEP>
 OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __restrict__ counter,
                         float* __restrict__ Y, int R) {
