@@ -244,30 +244,52 @@ ABL_KERNEL(rows_abl_loads, ABL_NO_DEQ | ABL_NO_MMA)  // the loads and a short ch
 // consecutive products: the streaming bound of one launch per product); 1 loads its first round,
 // then waits and releases (oj_grid_dep, as the engine's products); 2 releases, loads its first
 // round and waits (oj_grid_dep_early, as the small kernels between products).
+// The loads-alone kernels' shared parts: the matrix's 16-byte words, a CTA's equal share of
+// them, and one round of LU loads per thread (i0, i0 + step, ...; zeros past `end`) and its XOR.
+OJ_DEV long q4k_words(int rows, int cols) { return (long)rows * (cols >> 8) * (144 / 16); }
+
+OJ_DEV void equal_share(long n, long& begin, long& end) {
+    const long share = (n + gridDim.x - 1) / gridDim.x;
+    begin = (long)blockIdx.x * share;
+    end = min(n, begin + share);
+}
+
+template <int LU>
+OJ_DEV void load_round(const uint4* __restrict__ p, long i0, long step, long end, uint4 (&v)[LU]) {
+#pragma unroll
+    for (int u = 0; u < LU; ++u) {
+        const long i = i0 + (long)u * step;
+        v[u] = i < end ? p[i] : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+template <int LU>
+OJ_DEV u32 xor_round(const uint4 (&v)[LU]) {
+    u32 x = 0;
+#pragma unroll
+    for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    return x;
+}
+
 template <int DEP>
 OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
     constexpr int LU = 8;
-    const long n = (long)rows * (cols >> 8) * (144 / 16);  // 16-byte words of the Q4_K matrix
-    const long share = (n + gridDim.x - 1) / gridDim.x;
-    const long begin = (long)blockIdx.x * share, end = min(n, begin + share);
+    const long n = q4k_words(rows, cols);
+    long begin, end;
+    equal_share(n, begin, end);
     const uint4* __restrict__ p = (const uint4*)p0;
     if (DEP != 1) oj_grid_release();
     u32 x = 0;
     bool waited = DEP == 0;
     for (long i0 = begin + threadIdx.x; i0 < end; i0 += LU * (long)blockDim.x) {
         uint4 v[LU];
-#pragma unroll
-        for (int u = 0; u < LU; ++u) {
-            const long i = i0 + (long)u * blockDim.x;
-            v[u] = i < end ? p[i] : make_uint4(0u, 0u, 0u, 0u);
-        }
+        load_round<LU>(p, i0, blockDim.x, end, v);
         if (!waited) {
             if (DEP == 1) oj_grid_dep();
             else oj_grid_wait();
             waited = true;
         }
-#pragma unroll
-        for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        x ^= xor_round<LU>(v);
     }
     if (!waited) {  // a CTA with no share still keeps the kernel's order
         if (DEP == 1) oj_grid_dep();
@@ -300,9 +322,9 @@ template <int STAGE_KB>
 OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
     constexpr int LU = 8, WORDS = STAGE_KB * 64;  // 16-byte words in the stage
     __shared__ __align__(16) uint4 stage[WORDS];
-    const long n = (long)rows * (cols >> 8) * (144 / 16);
-    const long share = (n + gridDim.x - 1) / gridDim.x;
-    const long begin = (long)blockIdx.x * share, end = min(n, begin + share);
+    const long n = q4k_words(rows, cols);
+    long begin, end;
+    equal_share(n, begin, end);
     const long staged = min(end, begin + (long)WORDS);
     const uint4* __restrict__ p = (const uint4*)p0;
     // each thread reads back only the words it asked for, so no block barrier is needed
@@ -317,11 +339,7 @@ OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __
                         // read it first, which held back the loads after the wait)
     for (long i0 = staged + threadIdx.x; i0 < end || !read; i0 += LU * (long)blockDim.x) {
         uint4 v[LU];
-#pragma unroll
-        for (int u = 0; u < LU; ++u) {
-            const long i = i0 + (long)u * blockDim.x;
-            v[u] = i < end ? p[i] : make_uint4(0u, 0u, 0u, 0u);
-        }
+        load_round<LU>(p, i0, blockDim.x, end, v);
         if (!read) {
             asm volatile("cp.async.wait_all;" ::: "memory");
             for (long i = begin + threadIdx.x; i < staged; i += blockDim.x) {
@@ -330,8 +348,7 @@ OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __
             }
             read = true;
         }
-#pragma unroll
-        for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        x ^= xor_round<LU>(v);
     }
     if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
 }
@@ -361,7 +378,7 @@ OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __re
                         float* __restrict__ Y, int R) {
     constexpr int LU = 8;
     __shared__ long taken;
-    const long n = (long)rows * (cols >> 8) * (144 / 16);
+    const long n = q4k_words(rows, cols);
     const long chunk = LU * (long)blockDim.x, chunks = (n + chunk - 1) / chunk;
     const uint4* __restrict__ p = (const uint4*)p0;
     if (DEP == 0) oj_grid_release();
@@ -374,17 +391,12 @@ OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __re
         __syncthreads();  // `taken` is rewritten only after every thread has read it
         if (c >= chunks) break;
         uint4 v[LU];
-#pragma unroll
-        for (int u = 0; u < LU; ++u) {
-            const long i = c * chunk + (long)u * blockDim.x + threadIdx.x;
-            v[u] = i < n ? p[i] : make_uint4(0u, 0u, 0u, 0u);
-        }
+        load_round<LU>(p, c * chunk + threadIdx.x, blockDim.x, n, v);
         if (!waited) {
             oj_grid_dep();
             waited = true;
         }
-#pragma unroll
-        for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        x ^= xor_round<LU>(v);
     }
     if (!waited) oj_grid_dep();  // a CTA that took nothing still keeps the kernel's order
     if (threadIdx.x == 0 && atomicAdd(counter + 1, 1) == (int)gridDim.x - 1) {
