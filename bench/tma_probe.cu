@@ -316,7 +316,7 @@ FLAT_KERNEL(flat_early, 2)
 // does not; 3 per SM: 32; 2 per SM: 48). A fused kernel could hold a later product's weights the
 // same way while it waits.
 // Measured (bench/NOTES.md v34g-h): slower than `flat`, at every size and grid: over the 27B's
-// Q4_K matrices 1.39-1.50x the floor against `flat`'s 1.25-1.26x, and 1.39-1.48x with 16 KiB
+// Q4_K matrices 1.38-1.50x the floor against `flat`'s 1.25-1.26x, and 1.39-1.48x with 16 KiB
 // staged, the bytes `flat` holds in registers. More bytes before the wait do not take the loss back.
 template <int STAGE_KB>
 OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
