@@ -19,12 +19,16 @@ memory before the wait (does the boundary's loss shrink with more bytes in fligh
 With --set steal: the same loads with each CTA taking 16 KiB chunks from a counter per product
 until none is left, ordered as the products or not (is the loss the spread of the CTAs' ends?).
 
+With --set walk: every product's loads in one persistent launch, each product waiting for the
+one before it on a counter per product after its first round is asked for, against no wait and
+a plain barrier (does a counter cost less than a launch boundary's ~1.5 us?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -82,13 +86,22 @@ STEAL = {
     1: [("flat", 4), ("flat_nodep", 4), ("steal", 4), ("steal_nodep", 4), ("steal", 2),
         ("steal", 8)],
 }  # fmt: skip
-SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL}
+# --set walk (tma_probe.cu walk_*): all products in one persistent launch, per_sm CTAs per SM,
+# a counter per product for the dependency (split: the wait after the first round is asked)
+WALK = {
+    1: [("flat", 4), ("flat_nodep", 4), ("walk_free", 4), ("walk_split", 4), ("walk_barrier", 4),
+        ("walk_free", 8), ("walk_split", 8), ("walk_split", 2)],
+}  # fmt: skip
+SETS = {
+    "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
+    "walk": WALK,
+}  # fmt: skip
 
 
 def checked(kernel: str) -> bool:
     """Whether a probe kernel computes the product (the ablations and loads alone do not)."""
     return kernel in CHECKED_ABLATIONS or not (
-        "_abl_" in kernel or kernel.startswith(("flat", "steal"))
+        "_abl_" in kernel or kernel.startswith(("flat", "steal", "walk"))
     )
 
 
@@ -116,12 +129,29 @@ class Probe:
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
+        self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
         CTAs can share an SM)."""
         keys = ("num_regs", "shared_size_bytes", "local_size_bytes")
         return {name: {k: int(fn.fn.attributes[k]) for k in keys} for name, fn in self.fns.items()}
+
+    def walk(self, kernel: str, per_sm: int, mats: list[weights.GpuWeight], y: Any) -> Callable[[], None]:  # fmt: skip
+        """All of mats' loads in one persistent launch of `kernel` (walk_*), per_sm CTAs per SM,
+        its counters zeroed first (a memset node in the graph); self.failed says afterwards
+        whether a wait ran out (the grid was not resident at once)."""
+        import cupy as cp
+
+        table = cp.asarray([[m.planes[0].data.ptr, m.rows, m.cols] for m in mats], dtype=cp.int64)
+        done = cp.zeros(len(mats), dtype=cp.uint32)
+        args = (table, np.int32(len(mats)), done, self.failed, y)
+
+        def run() -> None:
+            done.fill(0)
+            self.fns[kernel]((per_sm * self.sms,), (THREADS,), args)
+
+        return run
 
     def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
@@ -181,12 +211,17 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
         return run
 
     variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
-    variants += [(variant_name(k, p), probed(k, p)) for k, p in probe.variants[4 if R > 1 else 1]]
+    for k, p in probe.variants[4 if R > 1 else 1]:
+        run = probe.walk(k, p, mats, y) if k.startswith("walk") else probed(k, p)
+        variants.append((variant_name(k, p), run))
     row: dict[str, Any] = {"rows": R}
     for name, fn in variants:
+        probe.failed.fill(0)
         t = time_graph(fn)
         row[name] = {"ms": round(t * 1e3, 4), "tb_s": round(nbytes / t / 1e12, 3),
                      "x_floor": round(t / (nbytes / bw), 3)}  # fmt: skip
+        if int(probe.failed.get()[0]):  # a wait ran out: the time is not the walk's
+            row[name]["failed"] = True
     return row
 
 
@@ -200,7 +235,8 @@ def main() -> int:
         choices=tuple(SETS),
         default="tma",
         help="the bulk-copy kernels, the one-row kernel's ablations, the loads alone on other"
-        " grids and launch orders, staged before the wait, or taken in chunks (all but the first:"
+        " grids and launch orders, staged before the wait, taken in chunks, or walked in one launch"
+        " (all but the first:"
         " one row only)",
     )
     args = parser.parse_args()
