@@ -424,7 +424,10 @@ STEAL_KERNEL(steal, 1)
 // only after it has asked for its first round of this one (MODE 1), so the wait overlaps its
 // own loads and no CTA waits for a launch, a grid's completion or a memory flush. MODE 0: no
 // dependency at all (the walk's own streaming rate); 2: the wait before any load of the
-// product (a plain barrier split in two). The grid must be resident all at once (tma_probe.py
+// product (a plain barrier split in two); 3: as 1, but the CTAs arrive in groups of
+// WALK_GROUP (a counter per group, the group's last CTA counting the group on the product's
+// counter), so the counter that every CTA waits on takes 1/WALK_GROUP of the atomics (v25b: a
+// barrier cost 2.1 us at 528 CTAs, 1.36 at 132). The grid must be resident all at once (tma_probe.py
 // sizes it per SM); a wait that runs out sets *failed and no wait spins after it.
 OJ_DEV void walk_wait(const unsigned* done, unsigned target, int* failed) {
     if (threadIdx.x == 0) {
@@ -439,21 +442,35 @@ OJ_DEV void walk_wait(const unsigned* done, unsigned target, int* failed) {
 }
 
 // every thread of the CTA is done with the product (a real one would have written its
-// outputs): one release-ordered count
-OJ_DEV void walk_arrive(unsigned* done) {
+// outputs): one release-ordered count on `done`, or with `group` (MODE 3) on the CTA's group
+// counter, the group's last CTA then counting the group on `done`
+constexpr int WALK_GROUP = 8;
+OJ_DEV void walk_arrive(unsigned* done, unsigned* group) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
-        atomicAdd(done, 1u);
+        if (!group) {
+            atomicAdd(done, 1u);
+            return;
+        }
+        const int g = blockIdx.x / WALK_GROUP;
+        const unsigned size = (unsigned)min(WALK_GROUP, (int)gridDim.x - g * WALK_GROUP);
+        if (atomicAdd(group + g, 1u) == size - 1) {
+            __threadfence();  // the group's other arrivals before the group's count
+            atomicAdd(done, 1u);
+        }
     }
 }
 
-// mats: n_mats triples (weight pointer, rows, cols); done: n_mats counters, zero at launch
+// mats: n_mats triples (weight pointer, rows, cols); done: n_mats counters, then (MODE 3)
+// n_mats rows of ceil(gridDim.x / WALK_GROUP) group counters, all zero at launch
 template <int MODE>
 OJ_DEV void walk_loads(const long long* __restrict__ mats, int n_mats, unsigned* done, int* failed,
                        float* __restrict__ Y) {
     constexpr int LU = 8;
     oj_grid_wait();  // the counters' memset before it is done (whatever edge the graph gives it)
+    const unsigned groups = (gridDim.x + WALK_GROUP - 1) / WALK_GROUP;
+    const unsigned target = MODE == 3 ? groups : gridDim.x;  // arrivals that end a product
     u32 x = 0;
     for (int m = 0; m < n_mats; ++m) {
         const uint4* __restrict__ p = (const uint4*)mats[3 * m];
@@ -462,7 +479,7 @@ OJ_DEV void walk_loads(const long long* __restrict__ mats, int n_mats, unsigned*
         equal_share(n, begin, end);
         bool waited = MODE == 0 || m == 0;
         if (!waited && MODE == 2) {
-            walk_wait(done + m - 1, gridDim.x, failed);
+            walk_wait(done + m - 1, target, failed);
             waited = true;
         }
         // the same trip count in every thread of the CTA: the wait inside is a block barrier
@@ -470,13 +487,13 @@ OJ_DEV void walk_loads(const long long* __restrict__ mats, int n_mats, unsigned*
             uint4 v[LU];
             load_round<LU>(p, base + threadIdx.x, blockDim.x, end, v);
             if (!waited) {
-                walk_wait(done + m - 1, gridDim.x, failed);
+                walk_wait(done + m - 1, target, failed);
                 waited = true;
             }
             x ^= xor_round<LU>(v);
         }
-        if (!waited) walk_wait(done + m - 1, gridDim.x, failed);
-        if (MODE != 0) walk_arrive(done + m);
+        if (!waited) walk_wait(done + m - 1, target, failed);
+        if (MODE != 0) walk_arrive(done + m, MODE == 3 ? done + n_mats + (size_t)m * groups : nullptr);
     }
     if (x == 0x9E3779B9u && n_mats < 0) Y[0] = (float)x;  // never: keeps the loads
 }
@@ -489,3 +506,4 @@ OJ_DEV void walk_loads(const long long* __restrict__ mats, int n_mats, unsigned*
 WALK_KERNEL(walk_free, 0)
 WALK_KERNEL(walk_split, 1)
 WALK_KERNEL(walk_barrier, 2)
+WALK_KERNEL(walk_tree, 3)

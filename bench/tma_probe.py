@@ -20,8 +20,9 @@ With --set steal: the same loads with each CTA taking 16 KiB chunks from a count
 until none is left, ordered as the products or not (is the loss the spread of the CTAs' ends?).
 
 With --set walk: every product's loads in one persistent launch, each product waiting for the
-one before it on a counter per product after its first round is asked for, against no wait and
-a plain barrier (does a counter cost less than a launch boundary's ~1.5 us?).
+one before it on a counter per product after its first round is asked for (the CTAs counted
+one by one or in groups of 8), against no wait and a plain barrier (does a counter cost less
+than a launch boundary's ~1.5 us?).
 
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
@@ -86,11 +87,12 @@ STEAL = {
     1: [("flat", 4), ("flat_nodep", 4), ("steal", 4), ("steal_nodep", 4), ("steal", 2),
         ("steal", 8)],
 }  # fmt: skip
+WALK_GROUP = 8  # tma_probe.cu WALK_GROUP: the CTAs of a group counter (walk_tree)
 # --set walk (tma_probe.cu walk_*): all products in one persistent launch, per_sm CTAs per SM,
 # a counter per product for the dependency (split: the wait after the first round is asked)
 WALK = {
     1: [("flat", 4), ("flat_nodep", 4), ("walk_free", 4), ("walk_split", 4), ("walk_barrier", 4),
-        ("walk_free", 8), ("walk_split", 8), ("walk_split", 2)],
+        ("walk_tree", 4), ("walk_free", 8), ("walk_split", 8), ("walk_tree", 8), ("walk_split", 2)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -144,7 +146,9 @@ class Probe:
         import cupy as cp
 
         table = cp.asarray([[m.planes[0].data.ptr, m.rows, m.cols] for m in mats], dtype=cp.int64)
-        done = cp.zeros(len(mats), dtype=cp.uint32)
+        # a counter per product, then (walk_tree) a row of group counters per product
+        groups = -(-per_sm * self.sms // WALK_GROUP)
+        done = cp.zeros(len(mats) * (1 + groups), dtype=cp.uint32)
         args = (table, np.int32(len(mats)), done, self.failed, y)
 
         def run() -> None:
