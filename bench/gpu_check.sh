@@ -192,12 +192,12 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   bash "$0" probe; bash "$0" chain
   exit $?
 fi
-if [ "$MODE" = tma ] || [ "$MODE" = ablation ] || [ "$MODE" = launch ] || [ "$MODE" = stage ] || [ "$MODE" = steal ] || [ "$MODE" = walk ]; then  # tma_probe.py's sets
+case "$MODE" in tma | ablation | launch | stage | steal | walk)  # tma_probe.py's sets, named as the modes
   rows=$([ "$MODE" = tma ] && echo "${ROWS:-1,4}" || echo 1)
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/$MODE.log"
   exit $?
-fi
+esac
 if [ "$MODE" = probe ]; then
   timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} ${KINDS:+--kinds "$KINDS"} 2>&1 | tee "$OUT/probe.log"

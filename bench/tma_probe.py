@@ -165,12 +165,13 @@ class Probe:
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
             grid = per_sm * self.sms
         i32 = np.int32
-        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, i32(xh.shape[1]), y, i32(y.shape[1]), i32(R))  # fmt: skip
+        x, ldx = xh, i32(xh.shape[1])
         if kernel.startswith("steal"):  # X: the counters, ldx: this product's pair
             pair = self.counter_pairs.setdefault(id(w), len(self.counter_pairs))
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
-            args = (w.planes[0], i32(w.rows), i32(w.cols), self.counters, i32(pair), y, i32(y.shape[1]), i32(R))  # fmt: skip
+            x, ldx = self.counters, i32(pair)
+        args = (w.planes[0], i32(w.rows), i32(w.cols), x, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
