@@ -24,12 +24,16 @@ one before it on a counter per product after its first round is asked for (the C
 one by one or in groups of 8), against no wait and a plain barrier (does a counter cost less
 than a launch boundary's ~1.5 us?).
 
+With --set ring: the walk through a ring in shared memory whose loads run up to 184 KiB per CTA
+ahead of the reads across the products, the reads waiting as the walk's (does the dependency
+still cost once the bytes in flight need not stop at it?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -94,9 +98,19 @@ WALK = {
     1: [("flat", 4), ("flat_nodep", 4), ("walk_free", 4), ("walk_split", 4), ("walk_barrier", 4),
         ("walk_tree", 4), ("walk_free", 8), ("walk_split", 8), ("walk_tree", 8), ("walk_split", 2)],
 }  # fmt: skip
+# --set ring (tma_probe.cu walk_ring*): the walk through a ring of NS rounds of 8 KiB per CTA in
+# shared memory, the loads running ahead across the products (walk_ringNS: the dependency kept;
+# _free: none), beside v35a's walk at 8 CTAs per SM and `flat`
+RING = {
+    1: [("flat", 4), ("walk_free", 8), ("walk_split", 8), ("walk_ring24_free", 1), ("walk_ring24", 1),
+        ("walk_ring12_free", 2), ("walk_ring12", 2), ("walk_ring6", 2), ("walk_ring6_free", 4),
+        ("walk_ring6", 4), ("walk_ring3", 4), ("walk_ring3_free", 8), ("walk_ring3", 8)],
+}  # fmt: skip
+# bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
+RING_ROUND = 8 * 1024
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
-    "walk": WALK,
+    "walk": WALK, "ring": RING,
 }  # fmt: skip
 
 
@@ -151,9 +165,14 @@ class Probe:
         done = cp.zeros(len(mats) * (1 + groups), dtype=cp.uint32)
         args = (table, np.int32(len(mats)), done, self.failed, y)
 
+        smem = 0
+        if kernel.startswith("walk_ring"):  # NS rounds of ring in dynamic shared memory
+            smem = int(kernel.removeprefix("walk_ring").split("_")[0]) * RING_ROUND
+            self.fns[kernel].fn.max_dynamic_shared_size_bytes = smem
+
         def run() -> None:
             done.fill(0)
-            self.fns[kernel]((per_sm * self.sms,), (THREADS,), args)
+            self.fns[kernel]((per_sm * self.sms,), (THREADS,), args, shared_mem=smem)
 
         return run
 
