@@ -519,6 +519,26 @@ WALK_KERNEL(walk_tree, 3)
 // flight during the wait, so the question is whether the dependency still costs once the bytes
 // in flight need not stop at it. A fused step would hold a later product's weights the same way.
 // Each thread reads back only the words it asked for, so no block barrier guards the ring.
+// MODE 2: as 1, with each product's counter on its own 128-byte line (the CTAs ahead count on the
+// next product's while the others poll this one's) and a pause between polls (fewer loads on the
+// line the arrivals' atomics need).
+// Measured (bench/NOTES.md v35c): the dependency costs as much with the ring (1.39-1.43x the floor
+// with 24-96 KiB per CTA ahead) as without it (walk_split 1.34x at 8 CTAs per SM); without the
+// dependency the ring streams at 1.06x.
+OJ_DEV void walk_wait_paused(const unsigned* done, unsigned target, int* failed) {
+    if (threadIdx.x == 0) {
+        unsigned seen;
+        int spins = 0;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+            if (seen >= target || ++spins >= (1 << 20) || *(volatile int*)failed) break;
+            __nanosleep(100);
+        }
+        if (seen < target) atomicExch(failed, 1);
+    }
+    __syncthreads();
+}
+
 template <int NS, int MODE>
 OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned* done, int* failed,
                        float* __restrict__ Y) {
@@ -575,6 +595,7 @@ OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned*
         in_slot = in_slot + 1 == NS ? 0 : in_slot + 1;
         asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");  // `out`'s round is in
         if (MODE == 1 && out.k == 0 && out.m > 0) walk_wait(done + out.m - 1, gridDim.x, failed);
+        if (MODE == 2 && out.k == 0 && out.m > 0) walk_wait_paused(done + 32 * (out.m - 1), gridDim.x, failed);
         const long b = out.begin + out.k * rw + threadIdx.x;
 #pragma unroll
         for (int u = 0; u < LU; ++u) {
@@ -583,7 +604,7 @@ OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned*
                 x ^= w.x ^ w.y ^ w.z ^ w.w;
             }
         }
-        if (MODE == 1 && out.k == out.rounds - 1) walk_arrive(done + out.m, nullptr);
+        if (MODE != 0 && out.k == out.rounds - 1) walk_arrive(done + (MODE == 2 ? 32 : 1) * out.m, nullptr);
         next(out);
         out_slot = out_slot + 1 == NS ? 0 : out_slot + 1;
     }
@@ -601,5 +622,7 @@ RING_KERNEL(6, 0, walk_ring6_free)
 RING_KERNEL(6, 1, walk_ring6)
 RING_KERNEL(12, 0, walk_ring12_free)
 RING_KERNEL(12, 1, walk_ring12)
+RING_KERNEL(12, 2, walk_ring12_paused)
+RING_KERNEL(3, 2, walk_ring3_paused)
 RING_KERNEL(24, 0, walk_ring24_free)
 RING_KERNEL(24, 1, walk_ring24)

@@ -104,7 +104,8 @@ WALK = {
 RING = {
     1: [("flat", 4), ("walk_free", 8), ("walk_split", 8), ("walk_ring24_free", 1), ("walk_ring24", 1),
         ("walk_ring12_free", 2), ("walk_ring12", 2), ("walk_ring6", 2), ("walk_ring6_free", 4),
-        ("walk_ring6", 4), ("walk_ring3", 4), ("walk_ring3_free", 8), ("walk_ring3", 8)],
+        ("walk_ring6", 4), ("walk_ring3", 4), ("walk_ring3_free", 8), ("walk_ring3", 8),
+        ("walk_ring12_paused", 2), ("walk_ring3_paused", 8)],
 }  # fmt: skip
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
@@ -160,9 +161,10 @@ class Probe:
         import cupy as cp
 
         table = cp.asarray([[m.planes[0].data.ptr, m.rows, m.cols] for m in mats], dtype=cp.int64)
-        # a counter per product, then (walk_tree) a row of group counters per product
+        # a counter per product, then (walk_tree) a row of group counters per product; or
+        # (walk_ring*_paused) a counter per product every 32 (its own 128-byte line)
         groups = -(-per_sm * self.sms // WALK_GROUP)
-        done = cp.zeros(len(mats) * (1 + groups), dtype=cp.uint32)
+        done = cp.zeros(len(mats) * (32 + groups), dtype=cp.uint32)
         args = (table, np.int32(len(mats)), done, self.failed, y)
 
         smem = 0
