@@ -539,6 +539,13 @@ OJ_DEV void walk_wait_paused(const unsigned* done, unsigned target, int* failed)
     __syncthreads();
 }
 
+// MODE 3: as 1, but the arrival is one release-ordered add with no __threadfence() before it (a
+// full fence may wait for the thread's own loads still in flight: the ring's rounds ahead)
+OJ_DEV void walk_arrive_release(unsigned* done) {
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+}
+
 template <int NS, int MODE>
 OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned* done, int* failed,
                        float* __restrict__ Y) {
@@ -594,7 +601,7 @@ OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned*
         next(in);
         in_slot = in_slot + 1 == NS ? 0 : in_slot + 1;
         asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");  // `out`'s round is in
-        if (MODE == 1 && out.k == 0 && out.m > 0) walk_wait(done + out.m - 1, gridDim.x, failed);
+        if ((MODE == 1 || MODE == 3) && out.k == 0 && out.m > 0) walk_wait(done + out.m - 1, gridDim.x, failed);
         if (MODE == 2 && out.k == 0 && out.m > 0) walk_wait_paused(done + 32 * (out.m - 1), gridDim.x, failed);
         const long b = out.begin + out.k * rw + threadIdx.x;
 #pragma unroll
@@ -604,7 +611,9 @@ OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned*
                 x ^= w.x ^ w.y ^ w.z ^ w.w;
             }
         }
-        if (MODE != 0 && out.k == out.rounds - 1) walk_arrive(done + (MODE == 2 ? 32 : 1) * out.m, nullptr);
+        if ((MODE == 1 || MODE == 2) && out.k == out.rounds - 1)
+            walk_arrive(done + (MODE == 2 ? 32 : 1) * out.m, nullptr);
+        if (MODE == 3 && out.k == out.rounds - 1) walk_arrive_release(done + out.m);
         next(out);
         out_slot = out_slot + 1 == NS ? 0 : out_slot + 1;
     }
@@ -624,5 +633,8 @@ RING_KERNEL(12, 0, walk_ring12_free)
 RING_KERNEL(12, 1, walk_ring12)
 RING_KERNEL(12, 2, walk_ring12_paused)
 RING_KERNEL(3, 2, walk_ring3_paused)
+RING_KERNEL(12, 3, walk_ring12_release)
+RING_KERNEL(3, 3, walk_ring3_release)
+RING_KERNEL(1, 3, walk_ring1_release)  // no ring ahead: each round read as soon as it is asked
 RING_KERNEL(24, 0, walk_ring24_free)
 RING_KERNEL(24, 1, walk_ring24)

@@ -105,7 +105,8 @@ RING = {
     1: [("flat", 4), ("walk_free", 8), ("walk_split", 8), ("walk_ring24_free", 1), ("walk_ring24", 1),
         ("walk_ring12_free", 2), ("walk_ring12", 2), ("walk_ring6", 2), ("walk_ring6_free", 4),
         ("walk_ring6", 4), ("walk_ring3", 4), ("walk_ring3_free", 8), ("walk_ring3", 8),
-        ("walk_ring12_paused", 2), ("walk_ring3_paused", 8)],
+        ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
+        ("walk_ring3_release", 8), ("walk_ring1_release", 8), ("walk_ring1_release", 16)],
 }  # fmt: skip
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
