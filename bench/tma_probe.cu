@@ -638,3 +638,135 @@ RING_KERNEL(3, 3, walk_ring3_release)
 RING_KERNEL(1, 3, walk_ring1_release)  // no ring ahead: each round read as soon as it is asked
 RING_KERNEL(24, 0, walk_ring24_free)
 RING_KERNEL(24, 1, walk_ring24)
+
+// ---- Integer products (--set int8): the one-row Q4_K product with the weights' codes as u8 and
+// the activation row as two int8 parts, x ~= s * (hi + lo / 254) with s per super-block (the
+// row's largest |x| in it / 127), on mma.m16n8k32 (u8 x s8 -> s32, sm_80+): a code word masked
+// once gives four A bytes (high nibbles as 16q), a sub-block (32 k) is one mma whose B columns 0
+// and 1 are hi and lo, its exact sums scaled by the sub-block's 6-bit scale in integer
+// arithmetic, one float fold per super-block, the mins' term from the activations' sub-block
+// sums (each lane two sub-blocks, summed over the lanes at the end). Why: v31a and v35b put the
+// engine's one-row rate on its arithmetic (arithmetic alone 1.66x the floor, the loads alone
+// 1.49x, both 2.1x); this is a loop of about a third of its instructions, the question whether
+// an integer design would take the arithmetic off the one-row step. Not the engine's bits (a
+// different rounding: weights exact, activations to ~2^-15 of their super-block's largest).
+// X: int8 hi [K], int8 lo [K], f32 s / 16 [K / 256] (from byte 2K), f32 sub-block sums of x
+// [K / 32] (from byte 2K + 8 * ceil(K / 512)). MIN: 0 leaves the mins' term out.
+struct I8Blk {
+    uint4 hdr;
+    uint2 q[4];  // bytes 32j + 8t .. + 7 of the codes: elements 8t .. 8t + 7 of sub-blocks 2j, 2j + 1
+};
+
+OJ_DEV void i8_load(I8Blk& b, const WDesc& W, int row, int sb, int t) {
+    const u8* blk = W.p0 + unit_index(W, row, sb) * 144;
+    b.hdr = *(const uint4*)blk;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b.q[j] = *(const uint2*)(blk + 16 + 32 * j + 8 * t);
+}
+
+OJ_DEV void mma_u8s8(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+// the 6-bit scales (sc) and mins (mn) of a Q4_K header as bytes: [0] sub-blocks 0-3, [1] 4-7
+OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
+    sc[0] = h.y & 0x3F3F3F3Fu;
+    mn[0] = h.z & 0x3F3F3F3Fu;
+    sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+}
+
+template <int MIN>
+OJ_DEV void i8_superblock(const I8Blk (&b)[2], const int8_t* __restrict__ xi, const float* __restrict__ sx,
+                          const float* __restrict__ xs, int K, int sb, int gid, int t, float (&acc)[2],
+                          float (&mn)[2]) {
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int e[2][2] = {{0, 0}, {0, 0}}, o[2][2] = {{0, 0}, {0, 0}};  // [row][hi, lo]: even / odd sub-blocks
+    const int8_t* xrow = xi + (gid == 1 ? K : 0) + sb * 256 + 8 * t;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1;
+        const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        const uint2 bv = gid < 2 ? *(const uint2*)(xrow + 32 * s) : make_uint2(0u, 0u);
+        int c[4];
+        mma_u8s8(c, b[0].q[j].x & mask, b[1].q[j].x & mask, b[0].q[j].y & mask, b[1].q[j].y & mask,
+                 bv.x, bv.y);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int scale = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3));
+            int(&dst)[2] = (s & 1) ? o[r] : e[r];
+            dst[0] += scale * c[2 * r];
+            dst[1] += scale * c[2 * r + 1];
+        }
+    }
+    const float sxv = sx[sb];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 d2 = b[r].hdr.x;
+        const float d = h2f((u16)(d2 & 0xFFFFu));
+        // high nibbles came as 16q: the even sub-blocks' sums times 16, and s / 16 in sx
+        const float f = (float)(16 * e[r][0] + o[r][0]) + (float)(16 * e[r][1] + o[r][1]) * (1.0f / 254.0f);
+        acc[r] = fmaf(d * sxv, f, acc[r]);
+        if (MIN) {
+            const float dmin = h2f((u16)(d2 >> 16));
+            const u32 w = mm[r][t >> 1] >> (16 * (t & 1));  // this lane's sub-blocks 2t, 2t + 1
+            const float2 xv = *(const float2*)(xs + sb * 8 + 2 * t);
+            mn[r] = fmaf(dmin, fmaf((float)(w & 0xFFu), xv.x, (float)((w >> 8) & 0xFFu) * xv.y), mn[r]);
+        }
+    }
+}
+
+template <int MIN>
+OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
+                    float* __restrict__ Y) {
+    __shared__ float red[MM_NW][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 16, nsb = cols >> 8;
+    const int8_t* xi = (const int8_t*)X;
+    const float* sx = (const float*)((const u8*)X + 2 * (size_t)cols);
+    const float* xs = sx + 2 * ((nsb + 1) / 2);
+    float acc[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
+    auto load_to = [&](I8Blk (&b)[2], int sb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    };
+    I8Blk fa[2], fb[2];
+    if (warp < nsb) load_to(fa, warp);
+    oj_grid_dep();
+    for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns
+        const int sb2 = sb + MM_NW;
+        if (sb2 < nsb) load_to(fb, sb2);
+        i8_superblock<MIN>(fa, xi, sx, xs, cols, sb, gid, t, acc, mn);
+        if (sb2 >= nsb) break;
+        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+        i8_superblock<MIN>(fb, xi, sx, xs, cols, sb2, gid, t, acc, mn);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 1);
+        mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 2);
+        if (t == 0) red[warp][gid + 8 * r] = acc[r] - mn[r];  // B column 0: the row's sums
+    }
+    __syncthreads();
+    if (threadIdx.x < 16 && row0 + (int)threadIdx.x < rows) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MM_NW; ++w) v += red[w][threadIdx.x];
+        Y[row0 + threadIdx.x] = v;
+    }
+}
+
+#define I8_KERNEL(NAME, MIN)                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        i8_rows<MIN>(p0, rows, cols, X, Y);                                                       \
+    }
+I8_KERNEL(rows_i8, 1)
+I8_KERNEL(rows_i8_nomin, 0)

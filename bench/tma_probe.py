@@ -28,12 +28,15 @@ With --set ring: the walk through a ring in shared memory whose loads run up to 
 ahead of the reads across the products, the reads waiting as the walk's (does the dependency
 still cost once the bytes in flight need not stop at it?).
 
+With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
+(would an integer design take the arithmetic off the one-row step?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|int8] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -110,9 +113,16 @@ RING = {
 }  # fmt: skip
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
+# --set int8 (tma_probe.cu rows_i8*): the one-row Q4_K product on integer mma with the activation
+# row as two int8 parts, beside the engine's kernel and v31a's ablations (no dequantization; the
+# loads alone)
+INT8 = {
+    1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
+        ("rows_i8_nomin", 0)],
+}  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
-    "walk": WALK, "ring": RING,
+    "walk": WALK, "ring": RING, "int8": INT8,
 }  # fmt: skip
 
 
@@ -121,6 +131,32 @@ def checked(kernel: str) -> bool:
     return kernel in CHECKED_ABLATIONS or not (
         "_abl_" in kernel or kernel.startswith(("flat", "steal", "walk"))
     )
+
+
+def int8_activations(x: Any) -> Any:
+    """One f32 activation row [K] as rows_i8 reads it (tma_probe.cu): int8 hi [K], int8 lo [K],
+    f32 s / 16 per super-block, f32 sub-block sums of x; x ~= s * (hi + lo / 254), s = the
+    super-block's largest |x| / 127."""
+    import cupy as cp
+
+    k = x.shape[0]
+    blocks = x.reshape(-1, 256)
+    s = cp.abs(blocks).max(axis=1, keepdims=True) / 127
+    s = cp.where(s > 0, s, 1).astype(cp.float32)
+    q = blocks / s
+    hi = cp.clip(cp.rint(q), -127, 127)
+    lo = cp.clip(cp.rint((q - hi) * 254), -127, 127)
+    nsb = k // 256
+    sx = cp.zeros(2 * -(-nsb // 2), cp.float32)  # padded: the sums start 8-byte aligned
+    sx[:nsb] = s[:, 0] / 16
+    sums = x.reshape(-1, 32).sum(axis=1, dtype=cp.float32)
+    parts = [
+        hi.astype(cp.int8).ravel(),
+        lo.astype(cp.int8).ravel(),
+        sx.view(cp.int8),
+        sums.view(cp.int8),
+    ]
+    return cp.concatenate(parts)
 
 
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
@@ -148,6 +184,7 @@ class Probe:
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
         self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
+        self.int8_rows: dict[int, tuple[Any, Any]] = {}  # id(x) -> (x, its int8 form)
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -179,21 +216,26 @@ class Probe:
 
         return run
 
-    def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
+    def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0, x: Any = None) -> None:  # fmt: skip
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
-        `ctas` CTAs when given."""
+        `ctas` CTAs when given; x: the f32 rows of xh (the int8 kernels read their own form of
+        them, made once per x)."""
         tiles = -(-w.rows // 16)
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
             grid = per_sm * self.sms
         i32 = np.int32
-        x, ldx = xh, i32(xh.shape[1])
+        ldx = i32(xh.shape[1])
         if kernel.startswith("steal"):  # X: the counters, ldx: this product's pair
             pair = self.counter_pairs.setdefault(id(w), len(self.counter_pairs))
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
-            x, ldx = self.counters, i32(pair)
-        args = (w.planes[0], i32(w.rows), i32(w.cols), x, ldx, y, i32(y.shape[1]), i32(R))
+            xh, ldx = self.counters, i32(pair)
+        if kernel.startswith("rows_i8"):  # one row, as int8_activations has it
+            if id(x) not in self.int8_rows:
+                self.int8_rows[id(x)] = (x, int8_activations(x[0]))
+            xh, ldx = self.int8_rows[id(x)][1], i32(0)
+        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
@@ -202,7 +244,8 @@ class Probe:
 
 def check(probe: Probe) -> dict[str, float]:
     """Largest |probe - engine| per variant over a few shapes (rows not a multiple of 16, K
-    not a multiple of 4 super-blocks, persistent grids smaller than the tiles): 0 expected."""
+    not a multiple of 4 super-blocks, persistent grids smaller than the tiles): 0 expected; for
+    the int8 kernels (rows_i8*), which round otherwise, relative to the largest |engine|."""
     import cupy as cp
 
     out: dict[str, float] = {}
@@ -219,9 +262,11 @@ def check(probe: Probe) -> dict[str, float]:
             persistent = [(k, 1, 7) for k, p in variants if k.endswith("p")]
             for kernel, per_sm, ctas in [*((k, p, 0) for k, p in variants), *persistent]:
                 got = cp.full((R, rows), np.nan, cp.float32)
-                probe.product(kernel, per_sm, w, xh, got, R, ctas)
+                probe.product(kernel, per_sm, w, xh, got, R, ctas, x)
                 bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
+                if kernel.startswith("rows_i8"):  # other roundings: relative to the largest
+                    bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
                 out[key] = max(out.get(key, 0.0), bad)
     return out
 
@@ -233,7 +278,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
     def probed(kernel: str, per_sm: int) -> Callable[[], None]:
         def run() -> None:
             for m in mats:
-                probe.product(kernel, per_sm, m, xh[m.cols], y, R)
+                probe.product(kernel, per_sm, m, xh[m.cols], y, R, x=_x[m.cols])
 
         return run
 
