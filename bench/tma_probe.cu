@@ -681,14 +681,14 @@ OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
 }
 
 template <int MIN>
-OJ_DEV void i8_superblock(const I8Blk (&b)[2], const int8_t* __restrict__ xi, const float* __restrict__ sx,
+OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ xi, const float* __restrict__ sx,
                           const float* __restrict__ xs, int K, int sb, int gid, int t, float (&acc)[2],
                           float (&mn)[2]) {
     u32 sc[2][2], mm[2][2];
     i8_scales(b[0].hdr, sc[0], mm[0]);
     i8_scales(b[1].hdr, sc[1], mm[1]);
     int e[2][2] = {{0, 0}, {0, 0}}, o[2][2] = {{0, 0}, {0, 0}};  // [row][hi, lo]: even / odd sub-blocks
-    const int8_t* xrow = xi + (gid == 1 ? K : 0) + sb * 256 + 8 * t;
+    const signed char* xrow = xi + (gid == 1 ? K : 0) + sb * 256 + 8 * t;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
         const int j = s >> 1;
@@ -729,7 +729,7 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
     const int row0 = blockIdx.y * 16, nsb = cols >> 8;
-    const int8_t* xi = (const int8_t*)X;
+    const signed char* xi = (const signed char*)X;
     const float* sx = (const float*)((const u8*)X + 2 * (size_t)cols);
     const float* xs = sx + 2 * ((nsb + 1) / 2);
     float acc[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
