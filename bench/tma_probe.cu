@@ -651,7 +651,9 @@ RING_KERNEL(24, 1, walk_ring24)
 // an integer design would take the arithmetic off the one-row step. Not the engine's bits (a
 // different rounding: weights exact, activations to ~2^-15 of their super-block's largest).
 // X: int8 hi [K], int8 lo [K], f32 s / 16 [K / 256] (from byte 2K), f32 sub-block sums of x
-// [K / 32] (from byte 2K + 8 * ceil(K / 512)). MIN: 0 leaves the mins' term out.
+// [K / 32] (from byte 2K + 8 * ceil(K / 512)), then the mins' B fragments (MIN 2) [K / 256][8][4]
+// x 8 bytes. MIN: 1 the mins' term in float (each lane two sub-blocks), 2 as an integer mma, 0
+// left out.
 struct I8Blk {
     uint4 hdr;
     uint2 q[4];  // bytes 32j + 8t .. + 7 of the codes: elements 8t .. 8t + 7 of sub-blocks 2j, 2j + 1
@@ -682,8 +684,8 @@ OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
 
 template <int MIN>
 OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ xi, const float* __restrict__ sx,
-                          const float* __restrict__ xs, int K, int sb, int gid, int t, float (&acc)[2],
-                          float (&mn)[2]) {
+                          const float* __restrict__ xs, const uint2* __restrict__ xm, int K, int sb, int gid,
+                          int t, float (&acc)[2], float (&mn)[2]) {
     u32 sc[2][2], mm[2][2];
     i8_scales(b[0].hdr, sc[0], mm[0]);
     i8_scales(b[1].hdr, sc[1], mm[1]);
@@ -713,11 +715,27 @@ OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ x
         // high nibbles came as 16q: the even sub-blocks' sums times 16, and s / 16 in sx
         const float f = (float)(16 * e[r][0] + o[r][0]) + (float)(16 * e[r][1] + o[r][1]) * (1.0f / 254.0f);
         acc[r] = fmaf(d * sxv, f, acc[r]);
-        if (MIN) {
+        if (MIN == 1) {
             const float dmin = h2f((u16)(d2 >> 16));
             const u32 w = mm[r][t >> 1] >> (16 * (t & 1));  // this lane's sub-blocks 2t, 2t + 1
             const float2 xv = *(const float2*)(xs + sb * 8 + 2 * t);
             mn[r] = fmaf(dmin, fmaf((float)(w & 0xFFu), xv.x, (float)((w >> 8) & 0xFFu) * xv.y), mn[r]);
+        }
+    }
+    if (MIN == 2) {
+        // the mins' term as one more mma: A = the mins, m_s in k slot 4s (the other slots' bytes
+        // meet zeros), B = the activations' integer sub-block sums XH = sum hi, XL = sum lo as
+        // 64a + b (columns 0, 1: XH's b, a; 2, 3: XL's), so lane t = 0 gets XH's term, t = 1
+        // XL's (divided by 254 below), the others zeros; summed over the lanes at the end
+        const int sh = 8 * t;
+        const uint2 bv = xm[sb * 32 + gid * 4 + t];
+        int c[4];
+        mma_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+        const float part = t == 1 ? sxv * (16.0f / 254.0f) : sxv * 16.0f;  // sx holds s / 16
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float dmin = h2f((u16)(b[r].hdr.x >> 16));
+            mn[r] = fmaf(dmin * part, (float)(c[2 * r] + 64 * c[2 * r + 1]), mn[r]);
         }
     }
 }
@@ -732,6 +750,7 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
     const signed char* xi = (const signed char*)X;
     const float* sx = (const float*)((const u8*)X + 2 * (size_t)cols);
     const float* xs = sx + 2 * ((nsb + 1) / 2);
+    const uint2* xm = (const uint2*)(xs + (cols >> 5));  // [sb][column][t]: the mins' B fragments
     float acc[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
     auto load_to = [&](I8Blk (&b)[2], int sb) {
 #pragma unroll
@@ -743,10 +762,10 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
     for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns
         const int sb2 = sb + MM_NW;
         if (sb2 < nsb) load_to(fb, sb2);
-        i8_superblock<MIN>(fa, xi, sx, xs, cols, sb, gid, t, acc, mn);
+        i8_superblock<MIN>(fa, xi, sx, xs, xm, cols, sb, gid, t, acc, mn);
         if (sb2 >= nsb) break;
         if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-        i8_superblock<MIN>(fb, xi, sx, xs, cols, sb2, gid, t, acc, mn);
+        i8_superblock<MIN>(fb, xi, sx, xs, xm, cols, sb2, gid, t, acc, mn);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -770,3 +789,4 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
     }
 I8_KERNEL(rows_i8, 1)
 I8_KERNEL(rows_i8_nomin, 0)
+I8_KERNEL(rows_i8m, 2)

@@ -118,7 +118,7 @@ RING_ROUND = 8 * 1024
 # loads alone)
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
-        ("rows_i8_nomin", 0)],
+        ("rows_i8_nomin", 0), ("rows_i8m", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -135,8 +135,8 @@ def checked(kernel: str) -> bool:
 
 def int8_activations(x: Any) -> Any:
     """One f32 activation row [K] as rows_i8 reads it (tma_probe.cu): int8 hi [K], int8 lo [K],
-    f32 s / 16 per super-block, f32 sub-block sums of x; x ~= s * (hi + lo / 254), s = the
-    super-block's largest |x| / 127."""
+    f32 s / 16 per super-block, f32 sub-block sums of x, the mins' B fragments; x ~= s * (hi +
+    lo / 254), s = the super-block's largest |x| / 127."""
     import cupy as cp
 
     k = x.shape[0]
@@ -150,12 +150,16 @@ def int8_activations(x: Any) -> Any:
     sx = cp.zeros(2 * -(-nsb // 2), cp.float32)  # padded: the sums start 8-byte aligned
     sx[:nsb] = s[:, 0] / 16
     sums = x.reshape(-1, 32).sum(axis=1, dtype=cp.float32)
-    parts = [
-        hi.astype(cp.int8).ravel(),
-        lo.astype(cp.int8).ravel(),
-        sx.view(cp.int8),
-        sums.view(cp.int8),
-    ]
+    # the mins' B fragments: per super-block, column, lane t: b0 = k 4t.. (sub-block t in slot 0),
+    # b1 = k 16 + 4t.. (sub-block t + 4); columns 0, 1: XH = sum of hi = 64a + b as b, a; 2, 3: XL
+    xm = cp.zeros((nsb, 8, 4, 2, 4), cp.int8)
+    for col, part in ((0, hi), (2, lo)):
+        total = part.reshape(nsb, 8, 32).sum(axis=2).astype(cp.int32)  # |total| <= 4,064
+        for c, v in ((col, total & 63), (col + 1, total >> 6)):
+            xm[:, c, :, 0, 0] = v[:, :4]
+            xm[:, c, :, 1, 0] = v[:, 4:]
+    parts = [hi.astype(cp.int8).ravel(), lo.astype(cp.int8).ravel(), sx.view(cp.int8), sums.view(cp.int8),
+             xm.ravel()]  # fmt: skip
     return cp.concatenate(parts)
 
 
