@@ -34,6 +34,12 @@
 #                                    KiB per CTA asked into shared memory before the wait (~2 min)
 #   steal                            bench/tma_probe.py --set steal: the loads in 16 KiB chunks
 #                                    taken from a counter per product, ordered or not (~2 min)
+#   walk                             bench/tma_probe.py --set walk: every product's loads in one
+#                                    persistent launch, a counter per product (~2 min)
+#   ring                             bench/tma_probe.py --set ring: the walk through a ring in
+#                                    shared memory that loads ahead across products (~2 min)
+#   int8                             bench/tma_probe.py --set int8: the one-row Q4_K product on
+#                                    integer mma, activations as two int8 parts (~2 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
@@ -190,7 +196,7 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   bash "$0" probe; bash "$0" chain
   exit $?
 fi
-case "$MODE" in tma | ablation | launch | stage | steal)  # tma_probe.py's sets, named as the modes
+case "$MODE" in tma | ablation | launch | stage | steal | walk | ring | int8)  # tma_probe.py's sets, named as the modes
   rows=$([ "$MODE" = tma ] && echo "${ROWS:-1,4}" || echo 1)
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/$MODE.log"

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.cuda import build
 
 HMMA_PER_SUPERBLOCK = 16  # mma chunks of one 256-element super-block per (m-tile, n-tile)
+MMA_OPCODES = ("HMMA", "IMMA")  # tensor-core mma: f16 (the engine's), integer (probes)
 _FUNCTION = re.compile(r"^\s*\.text\.(\w+):\s*$")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):\s*$")
 # "/*0a40*/  @!P0 BRA `(.L_x_12) ;" -> opcode (without modifiers), operands
@@ -53,13 +54,13 @@ class LoopCount:
         return sum(self.opcodes.values())
 
     @property
-    def hmma(self) -> int:
-        return self.opcodes["HMMA"]
+    def mma(self) -> int:
+        return sum(self.opcodes[op] for op in MMA_OPCODES)
 
     def per_superblock(self, mma_per_superblock: int = HMMA_PER_SUPERBLOCK) -> float:
         """Instructions per super-block, given how many mma one super-block takes (16 per
         (m-tile, n-tile) pair of a warp; more where a design adds mma of its own)."""
-        blocks = self.hmma / mma_per_superblock
+        blocks = self.mma / mma_per_superblock
         return self.total / blocks if blocks else float("nan")
 
 
@@ -103,8 +104,8 @@ def disassemble(cubin: Path) -> dict[str, list[str]]:
 
 
 def mma_loop(lines: list[str]) -> LoopCount | None:
-    """Of a kernel listing's loops (a label, then a later branch back to it) that contain HMMA
-    instructions, the innermost (the shortest); None if there is none."""
+    """Of a kernel listing's loops (a label, then a later branch back to it) that contain mma
+    instructions (MMA_OPCODES), the innermost (the shortest); None if there is none."""
     labels: dict[str, int] = {}
     code: list[tuple[str, str]] = []  # (opcode, operands)
     for line in lines:
@@ -117,7 +118,7 @@ def mma_loop(lines: list[str]) -> LoopCount | None:
         target = _TARGET.search(operands) if opcode == "BRA" else None
         start = labels.get(target.group(1), end + 1) if target else end + 1
         body = range(start, end + 1)  # empty for a forward branch
-        if any(code[i][0] == "HMMA" for i in body) and (best is None or len(body) < len(best)):
+        if any(code[i][0] in MMA_OPCODES for i in body) and (best is None or len(body) < len(best)):
             best = body
     if best is None:
         return None
@@ -149,7 +150,7 @@ def main() -> None:
             continue
         top = ", ".join(f"{op} {n}" for op, n in loop.opcodes.most_common(8))
         print(
-            f"{name}: {loop.total} instructions in the loop, {loop.hmma} HMMA: "
+            f"{name}: {loop.total} instructions in the loop, {loop.mma} mma: "
             f"{loop.per_superblock(args.mma_per_sb):.0f} per super-block ({top})"
         )
 

@@ -414,3 +414,379 @@ OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __re
     }
 STEAL_KERNEL(steal_nodep, 0)
 STEAL_KERNEL(steal, 1)
+
+// ---- One persistent walk (--set walk): every Q4_K product's loads in ONE launch, each CTA
+// streaming an equal share of each matrix in turn, a product's dependency on the one before it
+// kept by a counter per product instead of a launch boundary or a grid barrier. Why: v34a-j
+// put the boundary's loss at ~1.5 us (1.26x the floor ordered, 1.02x unordered) and the chain
+// probe's grid barrier at 2.1 us (v25b). Here a CTA counts itself done with a product as soon
+// as its share is (`walk_arrive`), and waits for all CTAs to be done with the previous product
+// only after it has asked for its first round of this one (MODE 1), so the wait overlaps its
+// own loads and no CTA waits for a launch, a grid's completion or a memory flush. MODE 0: no
+// dependency at all (the walk's own streaming rate); 2: the wait before any load of the
+// product (a plain barrier split in two); 3: as 1, but the CTAs arrive in groups of
+// WALK_GROUP (a counter per group, the group's last CTA counting the group on the product's
+// counter), so the counter that every CTA waits on takes 1/WALK_GROUP of the atomics (v25b: a
+// barrier cost 2.1 us at 528 CTAs, 1.36 at 132). The grid must be resident all at once (tma_probe.py
+// sizes it per SM); a wait that runs out sets *failed and no wait spins after it.
+OJ_DEV void walk_wait(const unsigned* done, unsigned target, int* failed) {
+    if (threadIdx.x == 0) {
+        unsigned seen;
+        int spins = 0;
+        do {
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+        } while (seen < target && ++spins < (1 << 22) && !*(volatile int*)failed);
+        if (seen < target) atomicExch(failed, 1);
+    }
+    __syncthreads();
+}
+
+// every thread of the CTA is done with the product (a real one would have written its
+// outputs): one release-ordered count on `done`, or with `group` (MODE 3) on the CTA's group
+// counter, the group's last CTA then counting the group on `done`
+constexpr int WALK_GROUP = 8;
+OJ_DEV void walk_arrive(unsigned* done, unsigned* group) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (!group) {
+            atomicAdd(done, 1u);
+            return;
+        }
+        const int g = blockIdx.x / WALK_GROUP;
+        const unsigned size = (unsigned)min(WALK_GROUP, (int)gridDim.x - g * WALK_GROUP);
+        if (atomicAdd(group + g, 1u) == size - 1) {
+            __threadfence();  // the group's other arrivals before the group's count
+            atomicAdd(done, 1u);
+        }
+    }
+}
+
+// mats: n_mats triples (weight pointer, rows, cols); done: n_mats counters, then (MODE 3)
+// n_mats rows of ceil(gridDim.x / WALK_GROUP) group counters, all zero at launch
+template <int MODE>
+OJ_DEV void walk_loads(const long long* __restrict__ mats, int n_mats, unsigned* done, int* failed,
+                       float* __restrict__ Y) {
+    constexpr int LU = 8;
+    oj_grid_wait();  // the counters' memset before it is done (whatever edge the graph gives it)
+    const unsigned groups = (gridDim.x + WALK_GROUP - 1) / WALK_GROUP;
+    const unsigned target = MODE == 3 ? groups : gridDim.x;  // arrivals that end a product
+    u32 x = 0;
+    for (int m = 0; m < n_mats; ++m) {
+        const uint4* __restrict__ p = (const uint4*)mats[3 * m];
+        const long n = q4k_words((int)mats[3 * m + 1], (int)mats[3 * m + 2]);
+        long begin, end;
+        equal_share(n, begin, end);
+        bool waited = MODE == 0 || m == 0;
+        if (!waited && MODE == 2) {
+            walk_wait(done + m - 1, target, failed);
+            waited = true;
+        }
+        // the same trip count in every thread of the CTA: the wait inside is a block barrier
+        for (long base = begin; base < end; base += LU * (long)blockDim.x) {
+            uint4 v[LU];
+            load_round<LU>(p, base + threadIdx.x, blockDim.x, end, v);
+            if (!waited) {
+                walk_wait(done + m - 1, target, failed);
+                waited = true;
+            }
+            x ^= xor_round<LU>(v);
+        }
+        if (!waited) walk_wait(done + m - 1, target, failed);
+        if (MODE != 0) walk_arrive(done + m, MODE == 3 ? done + n_mats + (size_t)m * groups : nullptr);
+    }
+    if (x == 0x9E3779B9u && n_mats < 0) Y[0] = (float)x;  // never: keeps the loads
+}
+
+#define WALK_KERNEL(NAME, MODE)                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
+        walk_loads<MODE>(mats, n_mats, done, failed, Y);                                          \
+    }
+WALK_KERNEL(walk_free, 0)
+WALK_KERNEL(walk_split, 1)
+WALK_KERNEL(walk_barrier, 2)
+WALK_KERNEL(walk_tree, 3)
+
+// ---- A ring that runs ahead (--set ring): `walk`'s persistent launch and counters, but each CTA
+// streams its shares of all the products, one after another, through a ring of NS rounds in
+// shared memory (cp.async, sm_80+; a round: LU 16-byte words per thread, 8 KiB per CTA). The
+// loads run NS - 1 rounds ahead of the reads whatever product they belong to; only the reads
+// wait, for every CTA to be done with the previous product, before a product's first round
+// (MODE 1; MODE 0: no dependency, the ring's own streaming rate). Why: v35a had the walk at
+// 1.04x the floor without dependencies and 1.24-1.34x with them, when a CTA holds only one round
+// (16 KiB) of the next product while it waits; here up to NS - 1 rounds (16-184 KiB) stay in
+// flight during the wait, so the question is whether the dependency still costs once the bytes
+// in flight need not stop at it. A fused step would hold a later product's weights the same way.
+// Each thread reads back only the words it asked for, so no block barrier guards the ring.
+// MODE 2: as 1, with each product's counter on its own 128-byte line (the CTAs ahead count on the
+// next product's while the others poll this one's) and a pause between polls (fewer loads on the
+// line the arrivals' atomics need).
+// Measured (bench/NOTES.md v35c): the dependency costs as much with the ring (1.39-1.43x the floor
+// with 24-96 KiB per CTA ahead) as without it (walk_split 1.34x at 8 CTAs per SM); without the
+// dependency the ring streams at 1.06x.
+OJ_DEV void walk_wait_paused(const unsigned* done, unsigned target, int* failed) {
+    if (threadIdx.x == 0) {
+        unsigned seen;
+        int spins = 0;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+            if (seen >= target || ++spins >= (1 << 20) || *(volatile int*)failed) break;
+            __nanosleep(100);
+        }
+        if (seen < target) atomicExch(failed, 1);
+    }
+    __syncthreads();
+}
+
+// MODE 3: as 1, but the arrival is one release-ordered add with no __threadfence() before it (a
+// full fence may wait for the thread's own loads still in flight: the ring's rounds ahead)
+OJ_DEV void walk_arrive_release(unsigned* done) {
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+}
+
+template <int NS, int MODE>
+OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned* done, int* failed,
+                       float* __restrict__ Y) {
+    constexpr int LU = 4;
+    extern __shared__ __align__(16) uint4 ring[];  // [NS][LU][blockDim.x]
+    oj_grid_wait();  // the counters' memset, as walk_loads
+    const long rw = LU * (long)blockDim.x;  // words per round
+    struct Cursor {
+        int m;
+        long k, rounds, begin, end;
+        const uint4* p;
+    };
+    // round k of product m: words begin + k*rw .. of the CTA's share; every product has at least
+    // one round per CTA (an empty one where the share is), so every CTA waits and arrives
+    auto start = [&](Cursor& c, int m) {
+        c.m = m;
+        c.k = 0;
+        if (m >= n_mats) return;
+        c.p = (const uint4*)mats[3 * m];
+        equal_share(q4k_words((int)mats[3 * m + 1], (int)mats[3 * m + 2]), c.begin, c.end);
+        c.rounds = max(1L, (c.end - c.begin + rw - 1) / rw);
+    };
+    auto next = [&](Cursor& c) {
+        if (++c.k == c.rounds) start(c, c.m + 1);
+    };
+    auto issue = [&](const Cursor& c, int slot) {
+        if (c.m < n_mats) {
+            const long b = c.begin + c.k * rw + threadIdx.x;
+#pragma unroll
+            for (int u = 0; u < LU; ++u) {
+                const long i = b + (long)u * blockDim.x;
+                if (i < c.end)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                     smem_addr(ring + ((size_t)slot * LU + u) * blockDim.x + threadIdx.x)),
+                                 "l"(c.p + i)
+                                 : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");  // empty past the last: counts stay even
+    };
+    Cursor in, out;
+    start(in, 0);
+    start(out, 0);
+    int in_slot = 0, out_slot = 0;
+    for (int s = 0; s < NS - 1; ++s) {
+        issue(in, in_slot);
+        next(in);
+        in_slot = in_slot + 1 == NS ? 0 : in_slot + 1;
+    }
+    u32 x = 0;
+    while (out.m < n_mats) {
+        issue(in, in_slot);  // into the slot read last round (by this thread only)
+        next(in);
+        in_slot = in_slot + 1 == NS ? 0 : in_slot + 1;
+        asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");  // `out`'s round is in
+        if ((MODE == 1 || MODE == 3) && out.k == 0 && out.m > 0) walk_wait(done + out.m - 1, gridDim.x, failed);
+        if (MODE == 2 && out.k == 0 && out.m > 0) walk_wait_paused(done + 32 * (out.m - 1), gridDim.x, failed);
+        const long b = out.begin + out.k * rw + threadIdx.x;
+#pragma unroll
+        for (int u = 0; u < LU; ++u) {
+            if (b + (long)u * blockDim.x < out.end) {
+                const uint4 w = ring[((size_t)out_slot * LU + u) * blockDim.x + threadIdx.x];
+                x ^= w.x ^ w.y ^ w.z ^ w.w;
+            }
+        }
+        if ((MODE == 1 || MODE == 2) && out.k == out.rounds - 1)
+            walk_arrive(done + (MODE == 2 ? 32 : 1) * out.m, nullptr);
+        if (MODE == 3 && out.k == out.rounds - 1) walk_arrive_release(done + out.m);
+        next(out);
+        out_slot = out_slot + 1 == NS ? 0 : out_slot + 1;
+    }
+    if (x == 0x9E3779B9u && n_mats < 0) Y[0] = (float)x;  // never: keeps the loads
+}
+
+#define RING_KERNEL(NS, MODE, NAME)                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
+        ring_loads<NS, MODE>(mats, n_mats, done, failed, Y);                                      \
+    }
+RING_KERNEL(3, 0, walk_ring3_free)
+RING_KERNEL(3, 1, walk_ring3)
+RING_KERNEL(6, 0, walk_ring6_free)
+RING_KERNEL(6, 1, walk_ring6)
+RING_KERNEL(12, 0, walk_ring12_free)
+RING_KERNEL(12, 1, walk_ring12)
+RING_KERNEL(12, 2, walk_ring12_paused)
+RING_KERNEL(3, 2, walk_ring3_paused)
+RING_KERNEL(12, 3, walk_ring12_release)
+RING_KERNEL(3, 3, walk_ring3_release)
+RING_KERNEL(1, 3, walk_ring1_release)  // no ring ahead: each round read as soon as it is asked
+RING_KERNEL(24, 0, walk_ring24_free)
+RING_KERNEL(24, 1, walk_ring24)
+
+// ---- Integer products (--set int8): the one-row Q4_K product with the weights' codes as u8 and
+// the activation row as two int8 parts, x ~= s * (hi + lo / 254) with s per super-block (the
+// row's largest |x| in it / 127), on mma.m16n8k32 (u8 x s8 -> s32, sm_80+): a code word masked
+// once gives four A bytes (high nibbles as 16q), a sub-block (32 k) is one mma whose B columns 0
+// and 1 are hi and lo, its exact sums scaled by the sub-block's 6-bit scale in integer
+// arithmetic, one float fold per super-block, the mins' term from the activations' sub-block
+// sums (each lane two sub-blocks, summed over the lanes at the end). Why: v31a and v35b put the
+// engine's one-row rate on its arithmetic (arithmetic alone 1.66x the floor, the loads alone
+// 1.49x, both 2.1x); this is a loop of about a third of its instructions, the question whether
+// an integer design would take the arithmetic off the one-row step. Not the engine's bits (a
+// different rounding: weights exact, activations to ~2^-15 of their super-block's largest).
+// X: int8 hi [K], int8 lo [K], f32 s / 16 [K / 256] (from byte 2K), f32 sub-block sums of x
+// [K / 32] (from byte 2K + 8 * ceil(K / 512)), then the mins' B fragments (MIN 2) [K / 256][8][4]
+// x 8 bytes. MIN: 1 the mins' term in float (each lane two sub-blocks), 2 as an integer mma, 0
+// left out.
+struct I8Blk {
+    uint4 hdr;
+    uint2 q[4];  // bytes 32j + 8t .. + 7 of the codes: elements 8t .. 8t + 7 of sub-blocks 2j, 2j + 1
+};
+
+OJ_DEV void i8_load(I8Blk& b, const WDesc& W, int row, int sb, int t) {
+    const u8* blk = W.p0 + unit_index(W, row, sb) * 144;
+    b.hdr = *(const uint4*)blk;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b.q[j] = *(const uint2*)(blk + 16 + 32 * j + 8 * t);
+}
+
+OJ_DEV void mma_u8s8(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+// the 6-bit scales (sc) and mins (mn) of a Q4_K header as bytes: [0] sub-blocks 0-3, [1] 4-7
+OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
+    sc[0] = h.y & 0x3F3F3F3Fu;
+    mn[0] = h.z & 0x3F3F3F3Fu;
+    sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+}
+
+template <int MIN>
+OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ xi, const float* __restrict__ sx,
+                          const float* __restrict__ xs, const uint2* __restrict__ xm, int K, int sb, int gid,
+                          int t, float (&acc)[2], float (&mn)[2]) {
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int e[2][2] = {{0, 0}, {0, 0}}, o[2][2] = {{0, 0}, {0, 0}};  // [row][hi, lo]: even / odd sub-blocks
+    const signed char* xrow = xi + (gid == 1 ? K : 0) + sb * 256 + 8 * t;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1;
+        const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        const uint2 bv = gid < 2 ? *(const uint2*)(xrow + 32 * s) : make_uint2(0u, 0u);
+        int c[4];
+        mma_u8s8(c, b[0].q[j].x & mask, b[1].q[j].x & mask, b[0].q[j].y & mask, b[1].q[j].y & mask,
+                 bv.x, bv.y);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int scale = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3));
+            int(&dst)[2] = (s & 1) ? o[r] : e[r];
+            dst[0] += scale * c[2 * r];
+            dst[1] += scale * c[2 * r + 1];
+        }
+    }
+    const float sxv = sx[sb];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 d2 = b[r].hdr.x;
+        const float d = h2f((u16)(d2 & 0xFFFFu));
+        // high nibbles came as 16q: the even sub-blocks' sums times 16, and s / 16 in sx
+        const float f = (float)(16 * e[r][0] + o[r][0]) + (float)(16 * e[r][1] + o[r][1]) * (1.0f / 254.0f);
+        acc[r] = fmaf(d * sxv, f, acc[r]);
+        if (MIN == 1) {
+            const float dmin = h2f((u16)(d2 >> 16));
+            const u32 w = mm[r][t >> 1] >> (16 * (t & 1));  // this lane's sub-blocks 2t, 2t + 1
+            const float2 xv = *(const float2*)(xs + sb * 8 + 2 * t);
+            mn[r] = fmaf(dmin, fmaf((float)(w & 0xFFu), xv.x, (float)((w >> 8) & 0xFFu) * xv.y), mn[r]);
+        }
+    }
+    if (MIN == 2) {
+        // the mins' term as one more mma: A = the mins, m_s in k slot 4s (the other slots' bytes
+        // meet zeros), B = the activations' integer sub-block sums XH = sum hi, XL = sum lo as
+        // 64a + b (columns 0, 1: XH's b, a; 2, 3: XL's), so lane t = 0 gets XH's term, t = 1
+        // XL's (divided by 254 below), the others zeros; summed over the lanes at the end
+        const int sh = 8 * t;
+        const uint2 bv = xm[sb * 32 + gid * 4 + t];
+        int c[4];
+        mma_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+        const float part = t == 1 ? sxv * (16.0f / 254.0f) : sxv * 16.0f;  // sx holds s / 16
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float dmin = h2f((u16)(b[r].hdr.x >> 16));
+            mn[r] = fmaf(dmin * part, (float)(c[2 * r] + 64 * c[2 * r + 1]), mn[r]);
+        }
+    }
+}
+
+template <int MIN>
+OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
+                    float* __restrict__ Y) {
+    __shared__ float red[MM_NW][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 16, nsb = cols >> 8;
+    const signed char* xi = (const signed char*)X;
+    const float* sx = (const float*)((const u8*)X + 2 * (size_t)cols);
+    const float* xs = sx + 2 * ((nsb + 1) / 2);
+    const uint2* xm = (const uint2*)(xs + (cols >> 5));  // [sb][column][t]: the mins' B fragments
+    float acc[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
+    auto load_to = [&](I8Blk (&b)[2], int sb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    };
+    I8Blk fa[2], fb[2];
+    if (warp < nsb) load_to(fa, warp);
+    oj_grid_dep();
+    for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns
+        const int sb2 = sb + MM_NW;
+        if (sb2 < nsb) load_to(fb, sb2);
+        i8_superblock<MIN>(fa, xi, sx, xs, xm, cols, sb, gid, t, acc, mn);
+        if (sb2 >= nsb) break;
+        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+        i8_superblock<MIN>(fb, xi, sx, xs, xm, cols, sb2, gid, t, acc, mn);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 1);
+        mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 2);
+        if (t == 0) red[warp][gid + 8 * r] = acc[r] - mn[r];  // B column 0: the row's sums
+    }
+    __syncthreads();
+    if (threadIdx.x < 16 && row0 + (int)threadIdx.x < rows) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MM_NW; ++w) v += red[w][threadIdx.x];
+        Y[row0 + threadIdx.x] = v;
+    }
+}
+
+#define I8_KERNEL(NAME, MIN)                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        i8_rows<MIN>(p0, rows, cols, X, Y);                                                       \
+    }
+I8_KERNEL(rows_i8, 1)
+I8_KERNEL(rows_i8_nomin, 0)
+I8_KERNEL(rows_i8m, 2)

@@ -19,12 +19,24 @@ memory before the wait (does the boundary's loss shrink with more bytes in fligh
 With --set steal: the same loads with each CTA taking 16 KiB chunks from a counter per product
 until none is left, ordered as the products or not (is the loss the spread of the CTAs' ends?).
 
+With --set walk: every product's loads in one persistent launch, each product waiting for the
+one before it on a counter per product after its first round is asked for (the CTAs counted
+one by one or in groups of 8), against no wait and a plain barrier (does a counter cost less
+than a launch boundary's ~1.5 us?).
+
+With --set ring: the walk through a ring in shared memory whose loads run up to 184 KiB per CTA
+ahead of the reads across the products, the reads waiting as the walk's (does the dependency
+still cost once the bytes in flight need not stop at it?).
+
+With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
+(would an integer design take the arithmetic off the one-row step?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|int8] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -82,14 +94,73 @@ STEAL = {
     1: [("flat", 4), ("flat_nodep", 4), ("steal", 4), ("steal_nodep", 4), ("steal", 2),
         ("steal", 8)],
 }  # fmt: skip
-SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL}
+WALK_GROUP = 8  # tma_probe.cu WALK_GROUP: the CTAs of a group counter (walk_tree)
+# --set walk (tma_probe.cu walk_*): all products in one persistent launch, per_sm CTAs per SM,
+# a counter per product for the dependency (split: the wait after the first round is asked)
+WALK = {
+    1: [("flat", 4), ("flat_nodep", 4), ("walk_free", 4), ("walk_split", 4), ("walk_barrier", 4),
+        ("walk_tree", 4), ("walk_free", 8), ("walk_split", 8), ("walk_tree", 8), ("walk_split", 2)],
+}  # fmt: skip
+# --set ring (tma_probe.cu walk_ring*): the walk through a ring of NS rounds of 8 KiB per CTA in
+# shared memory, the loads running ahead across the products (walk_ringNS: the dependency kept;
+# _free: none), beside v35a's walk at 8 CTAs per SM and `flat`
+RING = {
+    1: [("flat", 4), ("walk_free", 8), ("walk_split", 8), ("walk_ring24_free", 1), ("walk_ring24", 1),
+        ("walk_ring12_free", 2), ("walk_ring12", 2), ("walk_ring6", 2), ("walk_ring6_free", 4),
+        ("walk_ring6", 4), ("walk_ring3", 4), ("walk_ring3_free", 8), ("walk_ring3", 8),
+        ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
+        ("walk_ring3_release", 8), ("walk_ring1_release", 8), ("walk_ring1_release", 16)],
+}  # fmt: skip
+# bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
+RING_ROUND = 8 * 1024
+# --set int8 (tma_probe.cu rows_i8*): the one-row Q4_K product on integer mma with the activation
+# row as two int8 parts, beside the engine's kernel and v31a's ablations (no dequantization; the
+# loads alone)
+INT8 = {
+    1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
+        ("rows_i8_nomin", 0), ("rows_i8m", 0)],
+}  # fmt: skip
+SETS = {
+    "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
+    "walk": WALK, "ring": RING, "int8": INT8,
+}  # fmt: skip
 
 
 def checked(kernel: str) -> bool:
     """Whether a probe kernel computes the product (the ablations and loads alone do not)."""
     return kernel in CHECKED_ABLATIONS or not (
-        "_abl_" in kernel or kernel.startswith(("flat", "steal"))
+        "_abl_" in kernel or kernel.startswith(("flat", "steal", "walk"))
     )
+
+
+def int8_activations(x: Any) -> Any:
+    """One f32 activation row [K] as rows_i8 reads it (tma_probe.cu): int8 hi [K], int8 lo [K],
+    f32 s / 16 per super-block, f32 sub-block sums of x, the mins' B fragments; x ~= s * (hi +
+    lo / 254), s = the super-block's largest |x| / 127."""
+    import cupy as cp
+
+    k = x.shape[0]
+    blocks = x.reshape(-1, 256)
+    s = cp.abs(blocks).max(axis=1, keepdims=True) / 127
+    s = cp.where(s > 0, s, 1).astype(cp.float32)
+    q = blocks / s
+    hi = cp.clip(cp.rint(q), -127, 127)
+    lo = cp.clip(cp.rint((q - hi) * 254), -127, 127)
+    nsb = k // 256
+    sx = cp.zeros(2 * -(-nsb // 2), cp.float32)  # padded: the sums start 8-byte aligned
+    sx[:nsb] = s[:, 0] / 16
+    sums = x.reshape(-1, 32).sum(axis=1, dtype=cp.float32)
+    # the mins' B fragments: per super-block, column, lane t: b0 = k 4t.. (sub-block t in slot 0),
+    # b1 = k 16 + 4t.. (sub-block t + 4); columns 0, 1: XH = sum of hi = 64a + b as b, a; 2, 3: XL
+    xm = cp.zeros((nsb, 8, 4, 2, 4), cp.int8)
+    for col, part in ((0, hi), (2, lo)):
+        total = part.reshape(nsb, 8, 32).sum(axis=2).astype(cp.int32)  # |total| <= 4,064
+        for c, v in ((col, total & 63), (col + 1, total >> 6)):
+            xm[:, c, :, 0, 0] = v[:, :4]
+            xm[:, c, :, 1, 0] = v[:, 4:]
+    parts = [hi.astype(cp.int8).ravel(), lo.astype(cp.int8).ravel(), sx.view(cp.int8), sums.view(cp.int8),
+             xm.ravel()]  # fmt: skip
+    return cp.concatenate(parts)
 
 
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
@@ -116,6 +187,8 @@ class Probe:
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
+        self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
+        self.int8_rows: dict[int, tuple[Any, Any]] = {}  # id(x) -> (x, its int8 form)
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -123,21 +196,50 @@ class Probe:
         keys = ("num_regs", "shared_size_bytes", "local_size_bytes")
         return {name: {k: int(fn.fn.attributes[k]) for k in keys} for name, fn in self.fns.items()}
 
-    def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
+    def walk(self, kernel: str, per_sm: int, mats: list[weights.GpuWeight], y: Any) -> Callable[[], None]:  # fmt: skip
+        """All of mats' loads in one persistent launch of `kernel` (walk_*), per_sm CTAs per SM,
+        its counters zeroed first (a memset node in the graph); self.failed says afterwards
+        whether a wait ran out (the grid was not resident at once)."""
+        import cupy as cp
+
+        table = cp.asarray([[m.planes[0].data.ptr, m.rows, m.cols] for m in mats], dtype=cp.int64)
+        # a counter per product, then (walk_tree) a row of group counters per product; or
+        # (walk_ring*_paused) a counter per product every 32 (its own 128-byte line)
+        groups = -(-per_sm * self.sms // WALK_GROUP)
+        done = cp.zeros(len(mats) * (32 + groups), dtype=cp.uint32)
+        args = (table, np.int32(len(mats)), done, self.failed, y)
+
+        smem = 0
+        if kernel.startswith("walk_ring"):  # NS rounds of ring in dynamic shared memory
+            smem = int(kernel.removeprefix("walk_ring").split("_")[0]) * RING_ROUND
+            self.fns[kernel].fn.max_dynamic_shared_size_bytes = smem
+
+        def run() -> None:
+            done.fill(0)
+            self.fns[kernel]((per_sm * self.sms,), (THREADS,), args, shared_mem=smem)
+
+        return run
+
+    def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0, x: Any = None) -> None:  # fmt: skip
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
-        `ctas` CTAs when given."""
+        `ctas` CTAs when given; x: the f32 rows of xh (the int8 kernels read their own form of
+        them, made once per x)."""
         tiles = -(-w.rows // 16)
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
             grid = per_sm * self.sms
         i32 = np.int32
-        x, ldx = xh, i32(xh.shape[1])
+        ldx = i32(xh.shape[1])
         if kernel.startswith("steal"):  # X: the counters, ldx: this product's pair
             pair = self.counter_pairs.setdefault(id(w), len(self.counter_pairs))
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
-            x, ldx = self.counters, i32(pair)
-        args = (w.planes[0], i32(w.rows), i32(w.cols), x, ldx, y, i32(y.shape[1]), i32(R))
+            xh, ldx = self.counters, i32(pair)
+        if kernel.startswith("rows_i8"):  # one row, as int8_activations has it
+            if id(x) not in self.int8_rows:
+                self.int8_rows[id(x)] = (x, int8_activations(x[0]))
+            xh, ldx = self.int8_rows[id(x)][1], i32(0)
+        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
@@ -146,7 +248,8 @@ class Probe:
 
 def check(probe: Probe) -> dict[str, float]:
     """Largest |probe - engine| per variant over a few shapes (rows not a multiple of 16, K
-    not a multiple of 4 super-blocks, persistent grids smaller than the tiles): 0 expected."""
+    not a multiple of 4 super-blocks, persistent grids smaller than the tiles): 0 expected; for
+    the int8 kernels (rows_i8*), which round otherwise, relative to the largest |engine|."""
     import cupy as cp
 
     out: dict[str, float] = {}
@@ -163,9 +266,11 @@ def check(probe: Probe) -> dict[str, float]:
             persistent = [(k, 1, 7) for k, p in variants if k.endswith("p")]
             for kernel, per_sm, ctas in [*((k, p, 0) for k, p in variants), *persistent]:
                 got = cp.full((R, rows), np.nan, cp.float32)
-                probe.product(kernel, per_sm, w, xh, got, R, ctas)
+                probe.product(kernel, per_sm, w, xh, got, R, ctas, x)
                 bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
+                if kernel.startswith("rows_i8"):  # other roundings: relative to the largest
+                    bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
                 out[key] = max(out.get(key, 0.0), bad)
     return out
 
@@ -177,17 +282,22 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
     def probed(kernel: str, per_sm: int) -> Callable[[], None]:
         def run() -> None:
             for m in mats:
-                probe.product(kernel, per_sm, m, xh[m.cols], y, R)
+                probe.product(kernel, per_sm, m, xh[m.cols], y, R, x=_x[m.cols])
 
         return run
 
     variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
-    variants += [(variant_name(k, p), probed(k, p)) for k, p in probe.variants[4 if R > 1 else 1]]
+    for k, p in probe.variants[4 if R > 1 else 1]:
+        run = probe.walk(k, p, mats, y) if k.startswith("walk") else probed(k, p)
+        variants.append((variant_name(k, p), run))
     row: dict[str, Any] = {"rows": R}
     for name, fn in variants:
+        probe.failed.fill(0)
         t = time_graph(fn)
         row[name] = {"ms": round(t * 1e3, 4), "tb_s": round(nbytes / t / 1e12, 3),
                      "x_floor": round(t / (nbytes / bw), 3)}  # fmt: skip
+        if int(probe.failed.get()[0]):  # a wait ran out: the time is not the walk's
+            row[name]["failed"] = True
     return row
 
 
@@ -201,7 +311,8 @@ def main() -> int:
         choices=tuple(SETS),
         default="tma",
         help="the bulk-copy kernels, the one-row kernel's ablations, the loads alone on other"
-        " grids and launch orders, staged before the wait, or taken in chunks (all but the first:"
+        " grids and launch orders, staged before the wait, taken in chunks, or walked in one launch"
+        " (all but the first:"
         " one row only)",
     )
     args = parser.parse_args()

@@ -65,6 +65,6 @@ def test_a_compiled_kernel_loop_holds_its_two_mma(tmp_path: Path) -> None:
     sass_counts.compile_cubin(source, 80, (), cubin)
     kernels = sass_counts.disassemble(cubin)
     loop = sass_counts.mma_loop(kernels["loop_mma"])
-    assert loop is not None and loop.hmma == 2
+    assert loop is not None and loop.mma == 2
     assert loop.opcodes["LDG"] == 2  # the two loads of one pass
     assert 6 <= loop.total <= 40
