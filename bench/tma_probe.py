@@ -50,7 +50,9 @@ VARIANTS = {
 ABLATION = {
     1: [("rows1", 0), ("rows_abl_all", 0), ("rows_abl_nob", 0), ("rows_abl_nodeq", 0),
         ("rows_abl_nomma", 0), ("rows_abl_now", 0), ("rows_abl_now_nob", 0),
-        ("rows_abl_loads", 0)],
+        ("rows_abl_loads", 0), ("rows_abl_noprep", 0), ("rows_abl_cheap", 0),
+        ("rows_abl_cheap_noprep", 0), ("rows_abl_split", 0), ("rows_abl_split_noprep", 0),
+        ("rows_abl_split_k8", 0), ("rows_abl_split_sums", 0)],
 }  # fmt: skip
 CHECKED_ABLATIONS = ("rows1", "rows_abl_all")
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
