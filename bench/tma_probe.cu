@@ -171,6 +171,12 @@ ROWS_KERNEL(rows4, 2)
 #define ABL_SUM_MMA 256  // with ABL_CHEAP_GET: the activations' sub-block sums as an mma whose
                          // A is a constant indicator quad (made once per kernel) and B the
                          // activation pair as loaded: no copies; sums folded once per super-block
+#define ABL_S1688 512     // with ABL_CHEAP_GET: the whole row-kernel side of split-min with the
+                         // sums S as NOTES' v31 plan has them: S from two m16n8k8 per chunk (A:
+                         // a constant indicator pair, rows = sub-blocks; B: one activation k
+                         // half), moved to the min mma's B layout by shuffles once per
+                         // super-block, split into f16 hi + lo, one m16n8k16 with the mins, the
+                         // fold (the gemm would read S that its B-writing warps made the same way)
 
 // m16n8k8 (f16 in, f32 accumulate): A (a0: row gid, a1: row gid + 8; k 2t, 2t+1), B (k 2t,
 // 2t+1; column gid)
@@ -196,7 +202,8 @@ OJ_DEV void abl_load(FragQ4K& f, const WDesc& W, int row, int sb, int t) {
 
 template <int FLAGS>
 OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restrict__ X, int ldx,
-                           int sb, int nrows, int gid, int t, const uint4 (&ind)[4]) {
+                           int sb, int nrows, int gid, int t, const uint4 (&ind)[4],
+                           const uint2 (&ind8)[4]) {
     if (FLAGS & ABL_NO_PREP) {  // splats from the header as loaded: no arithmetic
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -248,6 +255,11 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
                 mma_1688(tm, mp[s].x, mp[s].y, b.x);
                 mma_1688(tm, mp[s].x, mp[s].y, b.y);
             }
+            if (FLAGS & ABL_S1688) {  // S[sub-block gid][activation rows 2t, 2t+1]
+                const uint2 q = ind8[(c >= 8 ? 2 : 0) + (c & 1)];
+                mma_1688(tm, q.x, q.y, b.x);
+                mma_1688(tm, q.x, q.y, b.y);
+            }
             if (FLAGS & ABL_SUM_MMA) {
                 const uint4 q = ind[(c >= 8 ? 2 : 0) + (c & 1)];
                 mma_16816(tm, q.x, q.y, q.z, q.w, b.x, b.y);
@@ -261,7 +273,21 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
         else
             mma_16816(acc, a0, a1, a2, a3, b.x, b.y);
     }
-    if (FLAGS & (ABL_MIN_MMA | ABL_MIN_K8 | ABL_SUM_MMA)) {  // split-min's fold: two FMAs each
+    if (FLAGS & ABL_S1688) {
+        // lane (gid, t) needs S[sub 2t][act gid] and S[sub 2t+1][act gid]: lanes (2t, gid/2)
+        // and (2t+1, gid/2) hold them, as element gid & 1
+        const int src = 8 * t + (gid >> 1), odd = gid & 1;
+        const float a0 = __shfl_sync(0xFFFFFFFFu, tm[0], src), a1 = __shfl_sync(0xFFFFFFFFu, tm[1], src);
+        const float c0 = __shfl_sync(0xFFFFFFFFu, tm[0], src + 4), c1 = __shfl_sync(0xFFFFFFFFu, tm[1], src + 4);
+        const float s0 = odd ? a1 : a0, s1 = odd ? c1 : c0;
+        const u32 hi = pack_h2(s0, s1);
+        const u32 lo = pack_h2(s0 - h2f((u16)(hi & 0xFFFFu)), s1 - h2f((u16)(hi >> 16)));
+        const u32 m0 = f[0].mhi[0], m1 = f[1].mhi[0];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tm[i] = 0.0f;
+        mma_16816(tm, m0, m1, m0, m1, hi, lo);
+    }
+    if (FLAGS & (ABL_MIN_MMA | ABL_MIN_K8 | ABL_SUM_MMA | ABL_S1688)) {  // split-min's fold
         const float d0 = __uint_as_float(f[0].dd), d1 = __uint_as_float(f[1].dd);
         const float n0 = __uint_as_float(f[0].mlo[0]), n1 = __uint_as_float(f[1].mlo[0]);
 #pragma unroll
@@ -289,15 +315,18 @@ OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* 
         const u32 one = base + 2 * (t >> 1) == gid ? 0x3C003C00u : 0u;
         ind[i] = make_uint4(one, 0u, one, 0u);
     }
+    uint2 ind8[4];  // ABL_S1688: row gid of the m16n8k8 A: 1 where the slot's sub-block is gid
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ind8[i] = make_uint2(ind[i].x, 0u);
     if (warp < nsb) load_to(fa, warp);
     oj_grid_dep();
     for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns, as in the engine
         const int sb2 = sb + MM_NW;
         if (sb2 < nsb) load_to(fb, sb2);
-        abl_superblock<FLAGS>(fa, acc[0][0], X, ldx, sb, nrows, gid, t, ind);
+        abl_superblock<FLAGS>(fa, acc[0][0], X, ldx, sb, nrows, gid, t, ind, ind8);
         if (sb2 >= nsb) break;
         if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-        abl_superblock<FLAGS>(fb, acc[0][0], X, ldx, sb2, nrows, gid, t, ind);
+        abl_superblock<FLAGS>(fb, acc[0][0], X, ldx, sb2, nrows, gid, t, ind, ind8);
     }
     reduce_store<1, 1>(red, acc, rows, Y, ldy, row0, 0, nrows, R, MM_STORE);
 }
@@ -321,3 +350,4 @@ ABL_KERNEL(rows_abl_split, ABL_CHEAP_GET | ABL_MIN_MMA)
 ABL_KERNEL(rows_abl_split_noprep, ABL_CHEAP_GET | ABL_MIN_MMA | ABL_NO_PREP)
 ABL_KERNEL(rows_abl_split_k8, ABL_CHEAP_GET | ABL_MIN_K8)
 ABL_KERNEL(rows_abl_split_sums, ABL_CHEAP_GET | ABL_SUM_MMA)
+ABL_KERNEL(rows_abl_split_s1688, ABL_CHEAP_GET | ABL_S1688)

@@ -52,7 +52,7 @@ ABLATION = {
         ("rows_abl_nomma", 0), ("rows_abl_now", 0), ("rows_abl_now_nob", 0),
         ("rows_abl_loads", 0), ("rows_abl_noprep", 0), ("rows_abl_cheap", 0),
         ("rows_abl_cheap_noprep", 0), ("rows_abl_split", 0), ("rows_abl_split_noprep", 0),
-        ("rows_abl_split_k8", 0), ("rows_abl_split_sums", 0)],
+        ("rows_abl_split_k8", 0), ("rows_abl_split_sums", 0), ("rows_abl_split_s1688", 0)],
 }  # fmt: skip
 CHECKED_ABLATIONS = ("rows1", "rows_abl_all")
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
