@@ -51,20 +51,29 @@ def worktree_tree(root: Path = ROOT) -> str:
     HEAD, which on a device call is the checkout's start while the files measured are the
     session's working tree; this id equals `git rev-parse C^{tree}` for the commit C whose
     files those were (`git log --format='%h %T' | grep TREE` finds it). Built in a copy of the
-    index, so the checkout's own index is left as it was."""
-    git = ["git", "-C", str(root)]
-    git_dir = sh([*git, "rev-parse", "--absolute-git-dir"])
+    index, so the checkout's own index is left as it was. `root` may also be a copy of another
+    commit inside the checkout (gpu_check.sh's `_main/`, `_tree_*/`, made by `git archive`):
+    the id is then that of the copy's files, read through the enclosing repository."""
+    git_dir = sh(["git", "-C", str(root), "rev-parse", "--absolute-git-dir"])
     if not git_dir:
         return ""
+    git = ["git", f"--git-dir={git_dir}", f"--work-tree={root}", "-C", str(root)]
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / "index"
         real = Path(git_dir) / "index"
         if real.exists():  # its cached file stats spare re-reading unchanged files
             shutil.copyfile(real, scratch)
         env = {**os.environ, "GIT_INDEX_FILE": str(scratch)}
-        # not the copy of main that gpu_check.sh's compare modes are handed (`_main/`)
-        sh([*git, "add", "-A", "--", ".", ":(exclude)_main"], timeout=60, env=env)
+        # not the copies that gpu_check.sh's compare modes are handed
+        sh([*git, "add", "-A", "--", ".", ":(exclude)_main", ":(exclude)_tree_*"], 60, env)
         return sh([*git, "write-tree"], env=env)
+
+
+def is_checkout(root: Path = ROOT) -> bool:
+    """Whether `root` is a git checkout's top (not a copy inside another checkout, whose HEAD
+    and status say nothing about the copy's files)."""
+    top = sh(["git", "-C", str(root), "rev-parse", "--show-toplevel"])
+    return bool(top) and Path(top).resolve() == root.resolve()
 
 
 def _cuda_props() -> dict[str, Any]:
@@ -94,6 +103,7 @@ def manifest() -> dict[str, Any]:
     """What a result depends on: GPU, clocks, driver, CUDA, commit (and the host, for CPU runs)."""
     query = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu"
     nvcc = sh(["nvcc", "--version"]).splitlines()
+    git, checkout = ["git", "-C", str(ROOT)], is_checkout()
     info: dict[str, Any] = {
         "gpu": None,
         "sms": None,
@@ -102,10 +112,9 @@ def manifest() -> dict[str, Any]:
         **_cuda_props(),
         "nvidia_smi": sh(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"]),
         "nvcc": nvcc[-1] if nvcc else "",
-        "commit": sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or "unknown",
-        "dirty": bool(
-            sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-        ),
+        # a copy inside a checkout (gpu_check.sh's _main/) is named by its tree alone
+        "commit": (checkout and sh([*git, "rev-parse", "--short", "HEAD"])) or "unknown",
+        "dirty": checkout and bool(sh([*git, "status", "--porcelain", "--untracked-files=no"])),
         "tree": worktree_tree() or "unknown",  # the files measured (worktree_tree says how)
         "host_cpus": os.cpu_count(),
         "python": platform.python_version(),

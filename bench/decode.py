@@ -324,8 +324,13 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # 12 rows and lost at 16 and 20; mt 1 with 4 CTAs/SM and max_nt 1 lost everywhere)
     {"few_rows": 0},
     {"few_rows": 16},
+    # the `_2f` kernels at 4 CTAs per SM (v20b lost with it; since the packed rows' quad
+    # swizzle, ptxas fits mmh_q4_k_2f in 128 registers without spills, Q6_K spills 20 bytes)
+    {"min_blocks_few": 4},
     # the Q4_K/Q5_K row kernels with a ring of raw blocks shifted by register moves (before)
     {"turns": False},
+    # the deep (`_1d`) kernels with their ring of raw blocks (before v33)
+    {"deep_turns": False},
     # the gate|up product, then the swiglu kernel (before v26); a mixer's two input products
     # of different formats as two launches (before v26)
     {"swiglu_epilogue": False},

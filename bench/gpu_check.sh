@@ -2,6 +2,8 @@
 # One device call: install carried wheels, run the GPU tests, then the benchmarks.
 # Usage on the device machine (repo root): bash bench/gpu_check.sh [MODE] [pytest args]
 #   tests | bench | all | variants   GPU tests (pytest-xdist) / bench/decode.py (carry: .whl)
+#   named                            the GPU tests named by pytest's arguments alone (files, ids,
+#                                    -k), the product module built first (PYTEST_S, WORKERS)
 #   accuracy                         the whole-model accuracy tests alone, printing their top-1
 #                                    and KL figures (pytest prints them only when it finishes)
 #   pending                          a branch of unverified GPU work, first call (~9.5 min): the
@@ -26,11 +28,19 @@
 #                                    a ring in shared memory against the engine's kernels (~3 min)
 #   ablation                         bench/tma_probe.py --set ablation: the one-row Q4_K kernel with
 #                                    parts of its work taken out, each timed (~2 min)
+#   launch                           bench/tma_probe.py --set launch: the weight loads alone on
+#                                    other grids and launch orders (~2 min)
+#   stage                            bench/tma_probe.py --set stage: launch's flat loads with 16-48
+#                                    KiB per CTA asked into shared memory before the wait (~2 min)
+#   steal                            bench/tma_probe.py --set steal: the loads in 16 KiB chunks
+#                                    taken from a counter per product, ordered or not (~2 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
 #                                    kernel with grid barriers against one launch each (~1 min)
 #   compare-main                     this tree against a copy of main's in _main/ (ignored: made here
 #                                    by git archive main | tar -x -C _main, carry: .whl _main): steps, prefill;
-#                                    KEYS=a,b: this tree also under the row variants setting them
+#                                    KEYS=a,b: this tree also under the row variants setting them;
+#                                    TREES="_main _tree_x": more copies (_tree_*/ are ignored too),
+#                                    each timed before this tree, its files named x_steps.*
 #   compare-suite                    the same, then the whole GPU suite
 #   matmul                           the weight pass and whole steps under bench/decode.py's
 #                                    ROW_VARIANTS (weight-product tilings and load policies)
@@ -110,7 +120,9 @@ gpu_pytest() {
 gpu_pytest_built() {
   local limit=$1 log=$2
   shift 2
-  timeout "$limit" python3 -m pytest -q -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
+  # -v: each test's name and outcome as it ends, so a run cut by its limit still says which
+  # tests passed and failed (v33c's -q log held 35 F's and no names)
+  timeout "$limit" python3 -m pytest -v -n "${WORKERS:-8}" -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/$log"
 }
 # OpenJet's server alone through bench/parallel.py: limit (s), result file, log file, then
 # parallel.py's arguments; prints the per-agent and goal lines
@@ -120,14 +132,18 @@ openjet_server() {
   timeout "$limit" python3 bench/parallel.py --engines openjet --json "$OUT/$json" "$@" 2>&1 \
     | tee -a "$OUT/$log" | grep "per agent\|goal"
 }
+if [ "$MODE" = named ]; then  # only what the arguments name (`tests` always adds tests/gpu)
+  gpu_pytest "${PYTEST_S:-330}" pytest.log "$@" | tail -8
+  [ ! -f "$OJ_FIGURES" ] || cat "$OJ_FIGURES"
+fi
 if [ "$MODE" = accuracy ]; then  # the whole-model accuracy tests alone, with their figures (~3 min)
   gpu_pytest 300 pytest_accuracy.log tests/gpu/test_cuda_backend.py -rfP -k "exact_reference" "$@" | grep "top-1\|passed\|failed" | grep -v PASSED
 fi
 if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   # whole steps and prefill of a copy of main in _main/, then of this tree (same call); `--keys
   # none` keeps ROW_VARIANTS to the default alone
-  for tree in _main .; do
-    name=$([ "$tree" = . ] && echo matmul_steps || echo main_steps)
+  for tree in ${TREES:-_main} .; do
+    name=$([ "$tree" = . ] && echo matmul || basename "$tree" | sed 's/^_tree_//; s/^_//')_steps
     keys=$([ "$tree" = . ] && echo "${KEYS:-none}" || echo none)
     (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${STEPS_S:-120}" python3 bench/decode.py --step --matmul-steps \
       --keys "$keys" --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
@@ -174,12 +190,12 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   bash "$0" probe; bash "$0" chain
   exit $?
 fi
-if [ "$MODE" = tma ] || [ "$MODE" = ablation ]; then  # tma_probe.py's two sets (ablation: one row)
-  rows=$([ "$MODE" = ablation ] && echo 1 || echo "${ROWS:-1,4}")
+case "$MODE" in tma | ablation | launch | stage | steal)  # tma_probe.py's sets, named as the modes
+  rows=$([ "$MODE" = tma ] && echo "${ROWS:-1,4}" || echo 1)
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/$MODE.log"
   exit $?
-fi
+esac
 if [ "$MODE" = probe ]; then
   timeout "${PROBE_S:-240}" python3 bench/int_dot_probe.py --rows "${ROWS:-1,2,4,8}" --json "$OUT/probe.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} ${KINDS:+--kinds "$KINDS"} 2>&1 | tee "$OUT/probe.log"

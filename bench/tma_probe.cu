@@ -230,7 +230,7 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
     for (int c = 0; c < 16; ++c) {
         uint2 b;
         if (FLAGS & ABL_NO_B) b = make_uint2(0x3C003C00u ^ (u32)(c * 0x00010001), 0x38003800u + (u32)t);
-        else b = b_pair<0>(X, ldx, gid, sb * 256 + FragQ4K::e0(t, c), nrows);
+        else b = b_pair<0, FragQ4K>(X, ldx, gid, sb, t, c, nrows);
         u32 a0, a1, a2, a3;
         if (FLAGS & ABL_NO_DEQ) {
             const int w = c >> 1;
@@ -351,3 +351,181 @@ ABL_KERNEL(rows_abl_split_noprep, ABL_CHEAP_GET | ABL_MIN_MMA | ABL_NO_PREP)
 ABL_KERNEL(rows_abl_split_k8, ABL_CHEAP_GET | ABL_MIN_K8)
 ABL_KERNEL(rows_abl_split_sums, ABL_CHEAP_GET | ABL_SUM_MMA)
 ABL_KERNEL(rows_abl_split_s1688, ABL_CHEAP_GET | ABL_S1688)
+
+// ---- Launch boundaries (--set launch): the weight loads alone, without the engine's tiles. Each
+// CTA streams an equal contiguous share of the matrix's bytes (gridDim.x CTAs, whatever the
+// matrix's rows), LU 16-byte loads per thread in flight, their XOR kept alive by a store that
+// never happens. DEP: 0 releases the next kernel at once and never waits (no dependency between
+// consecutive products: the streaming bound of one launch per product); 1 loads its first round,
+// then waits and releases (oj_grid_dep, as the engine's products); 2 releases, loads its first
+// round and waits (oj_grid_dep_early, as the small kernels between products).
+// The loads-alone kernels' shared parts: the matrix's 16-byte words, a CTA's equal share of
+// them, and one round of LU loads per thread (i0, i0 + step, ...; zeros past `end`) and its XOR.
+OJ_DEV long q4k_words(int rows, int cols) { return (long)rows * (cols >> 8) * (144 / 16); }
+
+OJ_DEV void equal_share(long n, long& begin, long& end) {
+    const long share = (n + gridDim.x - 1) / gridDim.x;
+    begin = (long)blockIdx.x * share;
+    end = min(n, begin + share);
+}
+
+template <int LU>
+OJ_DEV void load_round(const uint4* __restrict__ p, long i0, long step, long end, uint4 (&v)[LU]) {
+#pragma unroll
+    for (int u = 0; u < LU; ++u) {
+        const long i = i0 + (long)u * step;
+        v[u] = i < end ? p[i] : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+template <int LU>
+OJ_DEV u32 xor_round(const uint4 (&v)[LU]) {
+    u32 x = 0;
+#pragma unroll
+    for (int u = 0; u < LU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    return x;
+}
+
+template <int DEP>
+OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
+    constexpr int LU = 8;
+    const long n = q4k_words(rows, cols);
+    long begin, end;
+    equal_share(n, begin, end);
+    const uint4* __restrict__ p = (const uint4*)p0;
+    if (DEP != 1) oj_grid_release();
+    u32 x = 0;
+    bool waited = DEP == 0;
+    for (long i0 = begin + threadIdx.x; i0 < end; i0 += LU * (long)blockDim.x) {
+        uint4 v[LU];
+        load_round<LU>(p, i0, blockDim.x, end, v);
+        if (!waited) {
+            if (DEP == 1) oj_grid_dep();
+            else oj_grid_wait();
+            waited = true;
+        }
+        x ^= xor_round<LU>(v);
+    }
+    if (!waited) {  // a CTA with no share still keeps the kernel's order
+        if (DEP == 1) oj_grid_dep();
+        else oj_grid_wait();
+    }
+    if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
+}
+
+#define FLAT_KERNEL(NAME, DEP)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        flat_loads<DEP>(p0, rows, cols, Y, R);                                                    \
+    }
+FLAT_KERNEL(flat_nodep, 0)
+FLAT_KERNEL(flat, 1)
+FLAT_KERNEL(flat_early, 2)
+
+// ---- Staged (--set stage): `flat`'s order (DEP 1: the wait, then the release), but before its
+// wait each CTA asks the first STAGE_KB KiB of its share into shared memory (cp.async, sm_80+)
+// instead of one register round (16 KiB per CTA). Why: v34a had the loads alone at 1.26x the floor
+// with that order and 1.02x without it. If the loss is the predecessor's tail, when the waiting
+// CTAs have nothing more in flight, then more bytes asked before the wait should take it back,
+// as long as two launches' CTAs still fit an SM together (4 CTAs per SM: 24 KiB each fits, 32
+// does not; 3 per SM: 32; 2 per SM: 48). A fused kernel could hold a later product's weights the
+// same way while it waits.
+// Measured (bench/NOTES.md v34g-h): slower than `flat`, at every size and grid: over the 27B's
+// Q4_K matrices 1.38-1.50x the floor against `flat`'s 1.25-1.26x, and 1.39-1.48x with 16 KiB
+// staged, the bytes `flat` holds in registers. More bytes before the wait do not take the loss back.
+template <int STAGE_KB>
+OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
+    constexpr int LU = 8, WORDS = STAGE_KB * 64;  // 16-byte words in the stage
+    __shared__ __align__(16) uint4 stage[WORDS];
+    const long n = q4k_words(rows, cols);
+    long begin, end;
+    equal_share(n, begin, end);
+    const long staged = min(end, begin + (long)WORDS);
+    const uint4* __restrict__ p = (const uint4*)p0;
+    // each thread reads back only the words it asked for, so no block barrier is needed
+    for (long i = begin + threadIdx.x; i < staged; i += blockDim.x)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(stage + (i - begin))),
+                     "l"(p + i)
+                     : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    oj_grid_dep();
+    u32 x = 0;
+    bool read = false;  // the stage is read after the first round past it is asked for (v34g
+                        // read it first, which held back the loads after the wait)
+    for (long i0 = staged + threadIdx.x; i0 < end || !read; i0 += LU * (long)blockDim.x) {
+        uint4 v[LU];
+        load_round<LU>(p, i0, blockDim.x, end, v);
+        if (!read) {
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            for (long i = begin + threadIdx.x; i < staged; i += blockDim.x) {
+                const uint4 w = stage[i - begin];
+                x ^= w.x ^ w.y ^ w.z ^ w.w;
+            }
+            read = true;
+        }
+        x ^= xor_round<LU>(v);
+    }
+    if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
+}
+
+#define STAGED_KERNEL(KB)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        flat_stage##KB(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        flat_staged<KB>(p0, rows, cols, Y, R);                                                    \
+    }
+STAGED_KERNEL(16)
+STAGED_KERNEL(24)
+STAGED_KERNEL(32)
+STAGED_KERNEL(48)
+
+// ---- Work taken, not dealt (--set steal): the same loads, but each CTA takes chunks of 16 KiB
+// (LU rounds of its 128 threads) from a counter per product until none is left, so every CTA of
+// a launch ends within one chunk of the others. Why: v34g-h asked more bytes before the wait and
+// lost; what is left of the boundary's cost (1.26x against 1.02x unordered) may be the spread of
+// the CTAs' ends, during which the successor waits. DEP as `flat_loads`: 0 no order, 1 the
+// engine products' (wait, then release). `counter`: two ints per product (next chunk, CTAs
+// done); the last CTA to end zeroes both, so a graph replays with no reset node.
+// Measured (bench/NOTES.md v34i): slower than `flat`'s equal shares, ordered (1.40x the floor
+// against 1.26x) or not (1.17x against 1.02x): each take costs a counter round trip and two
+// block barriers, and at ~50 KiB per CTA per product a CTA takes only about three chunks.
+template <int DEP>
+OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __restrict__ counter,
+                        float* __restrict__ Y, int R) {
+    constexpr int LU = 8;
+    __shared__ long taken;
+    const long n = q4k_words(rows, cols);
+    const long chunk = LU * (long)blockDim.x, chunks = (n + chunk - 1) / chunk;
+    const uint4* __restrict__ p = (const uint4*)p0;
+    if (DEP == 0) oj_grid_release();
+    u32 x = 0;
+    bool waited = DEP == 0;
+    for (;;) {
+        if (threadIdx.x == 0) taken = atomicAdd(counter, 1);
+        __syncthreads();
+        const long c = taken;
+        __syncthreads();  // `taken` is rewritten only after every thread has read it
+        if (c >= chunks) break;
+        uint4 v[LU];
+        load_round<LU>(p, c * chunk + threadIdx.x, blockDim.x, n, v);
+        if (!waited) {
+            oj_grid_dep();
+            waited = true;
+        }
+        x ^= xor_round<LU>(v);
+    }
+    if (!waited) oj_grid_dep();  // a CTA that took nothing still keeps the kernel's order
+    if (threadIdx.x == 0 && atomicAdd(counter + 1, 1) == (int)gridDim.x - 1) {
+        counter[0] = 0;  // every CTA has ended its takes: none reads the counter again
+        counter[1] = 0;
+    }
+    if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
+}
+
+// X carries the counters and ldx the product's pair among them
+#define STEAL_KERNEL(NAME, DEP)                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
+        steal_loads<DEP>(p0, rows, cols, (int*)X + 2 * ldx, Y, R);                                \
+    }
+STEAL_KERNEL(steal_nodep, 0)
+STEAL_KERNEL(steal, 1)

@@ -6,12 +6,25 @@ With --set ablation: the engine's one-row kernel with parts of its work taken ou
 activation loads, the dequantization, the mma, the weight loads), each timed the same way, to
 see which part of a warp's chain sets the products' rate.
 
+With --set launch: the weight loads alone, each CTA streaming an equal share of a matrix's bytes
+on grids of 2, 4 and 8 CTAs per SM or one CTA per 16-row tile, each consecutive pair of launches
+ordered as the engine's products are, as its small kernels are, or not at all; beside the
+ablation's loads alone on the engine's tiles. It tells what the step's loss at the launch
+boundaries is made of: a grid that fits the SMs badly (the flat kernels on full grids near the
+floor), or the dependency between consecutive launches (only the unordered ones near it).
+
+With --set stage: the same loads in `flat`'s order with 16-48 KiB per CTA asked into shared
+memory before the wait (does the boundary's loss shrink with more bytes in flight across it?).
+
+With --set steal: the same loads with each CTA taking 16 KiB chunks from a counter per product
+until none is left, ordered as the products or not (is the loss the spread of the CTAs' ends?).
+
 Prints (1) whether each probe kernel gives the engine's bits (largest difference, 0 expected;
 the ablations give no products and are not checked), (2) per row count the time of one graph
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal] [--rows 1,4] [--giant-gb 2] [--json F]
 """
 
 from __future__ import annotations
@@ -55,6 +68,32 @@ ABLATION = {
         ("rows_abl_split_k8", 0), ("rows_abl_split_sums", 0), ("rows_abl_split_s1688", 0)],
 }  # fmt: skip
 CHECKED_ABLATIONS = ("rows1", "rows_abl_all")
+# --set launch (tma_probe.cu flat_*): per_sm 0 = one CTA per 16-row tile, else that many per SM
+LAUNCH = {
+    1: [("rows1", 0), ("rows_abl_loads", 0), ("flat", 0), ("flat", 2), ("flat", 4), ("flat", 8),
+        ("flat_early", 4), ("flat_nodep", 4), ("flat_nodep", 8)],
+}  # fmt: skip
+# --set stage (tma_probe.cu flat_stage*): `flat` with 16-48 KiB per CTA asked into shared memory
+# before the wait, on grids where two launches' CTAs fit an SM together and (32 at 4) where not
+STAGE = {
+    1: [("flat", 4), ("flat_nodep", 4), ("flat_stage16", 4), ("flat_stage24", 4),
+        ("flat_stage32", 4), ("flat", 3), ("flat_stage32", 3), ("flat", 2), ("flat_stage48", 2)],
+}  # fmt: skip
+# --set steal (tma_probe.cu steal*): chunks taken from a counter per product, ordered or not
+STEAL = {
+    1: [("flat", 4), ("flat_nodep", 4), ("steal", 4), ("steal_nodep", 4), ("steal", 2),
+        ("steal", 8)],
+}  # fmt: skip
+SETS = {"tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL}
+
+
+def checked(kernel: str) -> bool:
+    """Whether a probe kernel computes the product (the ablations and loads alone do not)."""
+    return kernel in CHECKED_ABLATIONS or not (
+        "_abl_" in kernel or kernel.startswith(("flat", "steal"))
+    )
+
+
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
 # 4 CTAs per SM (228 KiB per SM), where the ablations' fewer registers would allow 5
 ROWS_SMEM = 46 * 1024
@@ -76,14 +115,31 @@ class Probe:
         names = {k for vs in variants.values() for k, _ in vs}
         self.fns = {name: launch.kernel(mod, name) for name in names}
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
+        self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
+        self.counter_pairs: dict[int, int] = {}
+
+    def resources(self) -> dict[str, dict[str, int]]:
+        """Each kernel's registers per thread and static shared memory (whether two launches'
+        CTAs can share an SM)."""
+        keys = ("num_regs", "shared_size_bytes", "local_size_bytes")
+        return {name: {k: int(fn.fn.attributes[k]) for k in keys} for name, fn in self.fns.items()}
 
     def product(self, kernel: str, per_sm: int, w: weights.GpuWeight, xh: Any, y: Any, R: int, ctas: int = 0) -> None:  # fmt: skip
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
         `ctas` CTAs when given."""
         tiles = -(-w.rows // 16)
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
+        if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
+            grid = per_sm * self.sms
         i32 = np.int32
-        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, i32(xh.shape[1]), y, i32(y.shape[1]), i32(R))  # fmt: skip
+        x, ldx = xh, i32(xh.shape[1])
+        if kernel.startswith("steal"):  # X: the counters, ldx: this product's pair
+            pair = self.counter_pairs.setdefault(id(w), len(self.counter_pairs))
+            if 2 * pair >= self.counters.size:
+                raise ValueError("tma_probe: more products than steal counters")
+            x, ldx = self.counters, i32(pair)
+        args = (w.planes[0], i32(w.rows), i32(w.cols), x, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
@@ -100,7 +156,7 @@ def check(probe: Probe) -> dict[str, float]:
     for rows, cols in shapes:
         w = weights.random_weight("check", weights.Q4_K, rows, cols, rows + cols)
         for R, listed in probe.variants.items():
-            variants = [(k, p) for k, p in listed if k in CHECKED_ABLATIONS or "_abl_" not in k]
+            variants = [(k, p) for k, p in listed if checked(k)]
             x = cp.random.default_rng(R).standard_normal((R, cols), dtype=cp.float32)
             xh = kernels.pack_activations(x)
             want = cp.full((R, rows), np.nan, cp.float32)
@@ -139,18 +195,20 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4", help="of 1, 4 (--set ablation: 1)")
+    parser.add_argument("--rows", default="1,4", help="of 1, 4 (the sets other than tma: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--set",
-        choices=("tma", "ablation"),
+        choices=tuple(SETS),
         default="tma",
-        help="the bulk-copy kernels, or the one-row kernel's ablations (one row only)",
+        help="the bulk-copy kernels, the one-row kernel's ablations, the loads alone on other"
+        " grids and launch orders, staged before the wait, or taken in chunks (all but the first:"
+        " one row only)",
     )
     args = parser.parse_args()
     require_gpu("bench/tma_probe.py")
-    variants = VARIANTS if args.set == "tma" else ABLATION
+    variants = SETS[args.set]
     rows = [int(r) for r in args.rows.split(",")]
     if any(r not in variants for r in rows):
         parser.error(f"--rows: of {sorted(variants)} for --set {args.set}")
@@ -159,6 +217,8 @@ def main() -> int:
     probe = Probe(variants)
     info["check_max_abs_diff"] = check(probe)
     print("check", json.dumps(info["check_max_abs_diff"]), flush=True)
+    info["kernels"] = probe.resources()
+    print("kernels", json.dumps(info["kernels"]), flush=True)
     bw = read_bandwidth()
     info["read_tb_s"] = bw / 1e12
     runs = [("model_q4k", [m for m in model_matrices() if m.ggml_type == weights.Q4_K])]

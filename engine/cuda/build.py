@@ -189,6 +189,9 @@ class MatmulConfig:
     # the single-super-block-ahead row kernels of Q4_K/Q5_K with two raw buffers taking turns
     # instead of a ring shifted by register moves (matmul.cu wmat_rows; the same bits)
     turns: bool = True
+    # the deep (two super-blocks ahead, `_1d`) kernels of every format with three raw buffers
+    # taking turns instead of a ring (matmul.cu wmat_rows; the same bits)
+    deep_turns: bool = True
     # decode passes finish SwiGLU in the gate|up product's epilogue (kernels.matmul_swiglu)
     # where the weight's rows allow it; False: the product, then Ops.swiglu (same bits)
     swiglu_epilogue: bool = True
@@ -211,6 +214,7 @@ class MatmulConfig:
             f"-DMM_MTF={self.mt_few}",
             f"-DMM_MINBF={self.min_blocks_few}",
             f"-DMM_TURNS={int(self.turns)}",
+            f"-DMM_DEEP_TURNS={int(self.deep_turns)}",
         )
 
     def tiled(self, n_rows: int) -> bool:

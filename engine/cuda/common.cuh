@@ -16,6 +16,8 @@ typedef unsigned long long u64;
 #endif
 
 #define OJ_DEV __device__ __forceinline__
+// also callable from host code: the packed activations' layout, which a CPU test compiles
+#define OJ_HD __host__ __device__ __forceinline__
 #define OJ_INF __int_as_float(0x7f800000)
 
 // ---- programmatic dependent launch (sm_90+; on older GPUs these compile to nothing) --------
@@ -76,14 +78,25 @@ OJ_DEV uint2 pack_b(float4 x) { return make_uint2(pack_h2(x.x, x.z), pack_h2(x.y
 // groups of 2^lg, and a group stores quad by quad its rows' 8 bytes side by side (ld: halves
 // per row, % 4 == 0; a buffer of R rows spans ceil(R / 2^lg) groups). lg depends on the pass's
 // row count alone (kernels.packed_group: a single row alone, 2-4 rows in a group of 4, more in
-// groups of 8), so producers and products agree. An mma chunk's B fragments for the 8 rows of
-// an n-tile are then 4 spans of 64 bytes (one per quad of lanes) instead of one 32-byte sector
-// per lane: with rows one after another, L1TEX was 91 % busy serving the activation loads of
-// the 8-row products; a single row keeps its quads together, as a group of 8 would spread them
-// over 8 times the cache lines (bench/NOTES.md v19). With lg 0 this is r * ld + e.
-OJ_DEV size_t packed_at(int r, int e, int ld, int lg) {
-    return ((size_t)(r >> lg) * ld << lg) + ((size_t)e << lg) + (size_t)(r & ((1 << lg) - 1)) * 4;
+// groups of 8), so producers and products agree. With rows one after another, L1TEX was 91 %
+// busy serving the activation loads of the 8-row products; a single row keeps its quads
+// together, as a group of 8 would spread them over 8 times the cache lines (bench/NOTES.md
+// v19). Within each group of 8 quads (32 elements) the quads are stored with bits 0 and 2 of
+// their index swapped (`packed_quad_slot`): an mma chunk's 4 lane quads (matmul.cu, the
+// formats' e0) then lie two by two side by side for Q4_K/Q5_K and all four for Q6_K, so the B
+// fragments of an n-tile's 8 rows are 2 cache lines where they were 4 (half the L1 wavefronts
+// at 2-16 rows; Q8_0 and F16 unchanged, one row the same). So ld must be at least K rounded up
+// to 32 (kernels._packed checks it). With lg 0 and no swap this would be r * ld + e.
+OJ_HD int packed_quad_slot(int q) { return (q & ~5) | ((q & 1) << 2) | ((q >> 2) & 1); }
+// e (% 4 == 0) moved to its quad's slot: a bit permutation, so of a sum of parts with disjoint
+// bits it is the sum of the parts' (matmul.cu b_pair keeps a lane's part in a register and
+// makes a chunk's a constant offset).
+OJ_HD int packed_elem(int e) { return packed_quad_slot(e >> 2) << 2; }
+// packed_at with e already moved (packed_elem)
+OJ_HD size_t packed_at_slot(int r, int e_slot, int ld, int lg) {
+    return ((size_t)(r >> lg) * ld << lg) + ((size_t)e_slot << lg) + (size_t)(r & ((1 << lg) - 1)) * 4;
 }
+OJ_HD size_t packed_at(int r, int e, int ld, int lg) { return packed_at_slot(r, packed_elem(e), ld, lg); }
 // lg of a pass of `rows` rows (kernels.packed_group): for kernels that find it from the row count.
 OJ_DEV int packed_group(int rows) { return rows <= 1 ? 0 : rows <= 4 ? 2 : 3; }
 // One element e of row r into a packed buffer, where `pack_b` would put it (its quad's x0 x2 x1
@@ -94,6 +107,13 @@ OJ_DEV void store_packed_half(u16* yh, int r, int e, int ld, int lg, float v) {
 OJ_DEV u32 hadd2(u32 a, u32 b) {
     u32 d;
     asm("{ add.rn.f16x2 %0, %1, %2; }" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+// -a (the sign bits flipped, as XOR 0x80008000 would, but as a PTX neg that ptxas folds into
+// the f16x2 instruction reading it: no LOP3)
+OJ_DEV u32 hneg2(u32 a) {
+    u32 d;
+    asm("{ neg.f16x2 %0, %1; }" : "=r"(d) : "r"(a));
     return d;
 }
 OJ_DEV u32 hsub2(u32 a, u32 b) {

@@ -84,8 +84,9 @@ class Workspace(MetaViews):
         self.a = cp.zeros((max_rows, d.n_embd), f32)  # normed input of a product
         # the row kernels' packed f16 copies of the products' main inputs (a, h, hs), written
         # by their producers beside the f32 ones (kernels.pack_activations); passed whole: a
-        # pass of T rows uses their first kernels.packed_rows(T) rows
-        self.ah = cp.zeros((kernels.packed_rows(max_rows), d.n_embd), cp.float16)
+        # pass of T rows uses their first kernels.packed_rows(T) rows; rows of packed_width
+        pw = kernels.packed_width
+        self.ah = cp.zeros((kernels.packed_rows(max_rows), pw(d.n_embd)), cp.float16)
         self.proj_save = cp.zeros((max(n_dn, 1), self.t_save, P), f32)  # per-layer DN projections
         self.u_save = cp.zeros((max(n_dn, 1), self.t_save, C), f32)  # per-layer conv outputs
         self.proj_big = cp.zeros((max_rows, P), f32)  # (long passes: no replay)
@@ -98,9 +99,9 @@ class Workspace(MetaViews):
         self.yah = cp.zeros((kernels.packed_rows(max_rows), d.n_head * d.head_dim), cp.float16)
         self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
         self.h = cp.zeros((max_rows, d.n_ff), f32)
-        self.hh = cp.zeros((kernels.packed_rows(max_rows), d.n_ff), cp.float16)
+        self.hh = cp.zeros((kernels.packed_rows(max_rows), pw(d.n_ff)), cp.float16)
         self.hs = cp.zeros((max_sample, d.n_embd), f32)  # sampled rows' normed hidden
-        self.hsh = cp.zeros((kernels.packed_rows(max_sample), d.n_embd), cp.float16)
+        self.hsh = cp.zeros((kernels.packed_rows(max_sample), pw(d.n_embd)), cp.float16)
         if model.mtp is not None:  # the MTP head's input (engine/cuda/mtp.py)
             self.mtp_pending = cp.zeros((n_slots, d.n_embd), f32)  # last trunk hidden per slot
             self.mtp_hidden = cp.zeros((max_rows, d.n_embd), f32)  # a pass's hidden inputs
@@ -406,8 +407,11 @@ def _input_products(parts: list[Any], a: Any, ah: Any, out: Any) -> None:
 
 def mixer_out_packed(layer: Any) -> bool:
     """Whether the layer's mixer writes its output packed too, for its output product to read
-    (MatmulConfig.packed_mixer_out; the exact f32 product of f32 weights reads f32 rows)."""
-    return build.MATMUL_CONFIG.packed_mixer_out and layer.mixer_out.ggml_type != F32
+    (MatmulConfig.packed_mixer_out; the exact f32 product of f32 weights reads f32 rows; the
+    mixers store packed rows as wide as their output, which `packed_at` needs a multiple of
+    32)."""
+    cfg, w = build.MATMUL_CONFIG, layer.mixer_out
+    return cfg.packed_mixer_out and w.ggml_type != F32 and w.cols % 32 == 0
 
 
 def _swiglu_in_product(layer: Any, T: int) -> bool:

@@ -47,30 +47,53 @@ def packed_rows(n_rows: int) -> int:
     return -(-n_rows // g) * g
 
 
+def packed_width(k: int) -> int:
+    """Halves per row of a buffer of packed activations for rows of k elements: k rounded up to
+    32, as common.cuh `packed_at` moves quads within groups of 8 (`packed_quad_slots`)."""
+    return -(-k // 32) * 32
+
+
+def packed_quad_slots(n_quads: int) -> np.ndarray:
+    """Where each quad of a packed row is stored among the row's quads (common.cuh
+    `packed_quad_slot`: bits 0 and 2 of the quad index swapped; its own inverse). n_quads % 8
+    == 0."""
+    q = np.arange(n_quads)
+    return (q & ~5) | ((q & 1) << 2) | ((q >> 2) & 1)
+
+
+def pack_rows(xp: Any, x: Any) -> Any:
+    """`pack_activations` with the array module xp (numpy or cupy): the layout, for tests on
+    either side."""
+    R, K = x.shape
+    g, W = 1 << packed_group(R), packed_width(K)
+    rows = xp.zeros((packed_rows(R), W), xp.float32)
+    rows[:R, :K] = x
+    quads = rows.reshape(-1, g, W // 4, 4)[:, :, :, [0, 2, 1, 3]].transpose(0, 2, 1, 3)
+    out = xp.empty_like(quads)
+    out[:, xp.asarray(packed_quad_slots(W // 4))] = quads
+    return out.astype(xp.float16).reshape(-1, W)
+
+
 def pack_activations(x: Any) -> Any:
     """x (f32 [R][K], K % 4 == 0) as the products' packed f16 activations, what rmsnorm and
     swiglu write beside their f32 output: each group of four stored x0 x2 x1 x3 (common.cuh
-    `pack_b`), and rows in groups of 2^packed_group(R) that store quad by quad their rows'
-    quads side by side (`packed_at`): f16 [packed_rows(R)][K], the rows past R zero. For tests
-    and benchmarks: the forward pass gets them from the producers."""
+    `pack_b`), rows in groups of 2^packed_group(R) that store quad by quad their rows' quads
+    side by side, the quads of each group of 8 in the order `packed_quad_slots` says
+    (`packed_at`): f16 [packed_rows(R)][packed_width(K)], the rows past R and the columns past
+    K zero. For tests and benchmarks: the forward pass gets them from the producers."""
     import cupy as cp
 
-    R, K = x.shape
-    g = 1 << packed_group(R)
-    rows = cp.zeros((packed_rows(R), K), cp.float32)
-    rows[:R] = x
-    quads = rows.reshape(-1, g, K // 4, 4)[:, :, :, [0, 2, 1, 3]]
-    return cp.ascontiguousarray(quads.transpose(0, 2, 1, 3)).astype(cp.float16).reshape(-1, K)
+    return pack_rows(cp, x)
 
 
 def unpack_activations(xh: Any, n_rows: int) -> Any:
     """The first packed_rows(n_rows) rows of packed activations written for a pass of n_rows
-    rows (`pack_activations`), back in natural order (f16); for tests."""
+    rows (`pack_activations`), back in natural order (f16, all xh.shape[1] columns); for tests."""
     import cupy as cp
 
-    g, rows, K = 1 << packed_group(n_rows), packed_rows(n_rows), xh.shape[1]
-    quads = xh[:rows].reshape(rows // g, K // 4, g, 4)[:, :, :, [0, 2, 1, 3]]
-    return cp.ascontiguousarray(quads.transpose(0, 2, 1, 3)).reshape(rows, K)
+    g, rows, W = 1 << packed_group(n_rows), packed_rows(n_rows), xh.shape[1]
+    quads = xh[:rows].reshape(rows // g, W // 4, g, 4)[:, cp.asarray(packed_quad_slots(W // 4))]
+    return cp.ascontiguousarray(quads[:, :, :, [0, 2, 1, 3]].transpose(0, 2, 1, 3)).reshape(rows, W)
 
 
 # the row kernels' epilogues (matmul.cu MM_STORE, MM_ADD, MM_SWIGLU)
@@ -98,7 +121,9 @@ def matmul_swiglu(w: GpuWeight, x: Any, xh: Any, hh: Any) -> None:
     _check(w.ggml_type != F32 and w.rows % 16 == 0, f"matmul_swiglu {w.name}: not a gate|up weight")
     _check(not build.MATMUL_CONFIG.tiled(R), f"matmul_swiglu: {R} rows run the tiled kernel")
     out = _packed(hh, R, F, "matmul_swiglu")
-    _check(out[1] == F, "matmul_swiglu: hh must be contiguous")
+    _check(
+        out[1] == packed_width(F), "matmul_swiglu: hh must be contiguous rows of packed_width(F)"
+    )
     _product(w, x, xh, out, _SWIGLU)
 
 
@@ -224,8 +249,8 @@ def _packed(arr: Any, rows: int, cols: int, what: str) -> tuple[Any, Any]:
         f"{what}: packed activations {arr.dtype} {arr.shape}, need f16 [{need}][{cols}]",
     )
     _check(
-        arr.strides[1] == 2 and arr.strides[0] % 8 == 0,
-        f"{what}: packed activation rows must be 8-byte aligned",
+        arr.strides[1] == 2 and arr.strides[0] % 64 == 0,
+        f"{what}: packed activation rows must be whole multiples of 32 halves (packed_width)",
     )
     return arr, _i32(arr.strides[0] // 2)
 
@@ -267,18 +292,14 @@ class Ops:
         """h = silu(gate) * up.  gu: f32 [T][2F], gate | up, or with `interleaved` their columns
         alternating in groups of 8 (what a gate|up weight so laid out gives:
         weights.interleave_halves); h: f32 [T][F] (contiguous); hh (optional): h packed for the
-        products (f16 [T][F], contiguous)."""
+        products (f16 [T][packed_width(F)] or wider)."""
         T, F = h.shape
         _check(F % 4 == 0 and h.flags.c_contiguous, "swiglu: h must be contiguous, F % 4 == 0")
         _check(not interleaved or F % 8 == 0, "swiglu: interleaved gate|up needs F % 8 == 0")
         _check(gu.shape == (T, 2 * F) and gu.flags.c_contiguous, "swiglu: gu must be [T][2F]")
-        hp = _packed(hh, T, F, "swiglu")
-        _check(hh is None or hp[1] == F, "swiglu: hh must be contiguous")
-        self._fn("swiglu_rows")(
-            (min(4096, (T * F // 4 + 255) // 256),),
-            (256,),
-            (gu, h, hp[0], _i32(packed_group(T)), _i32(F), _i32(T), _i32(int(interleaved))),
-        )
+        hp, ldh = _packed(hh, T, F, "swiglu")
+        args = (hp, ldh, _i32(packed_group(T)), _i32(F), _i32(T), _i32(int(interleaved)))
+        self._fn("swiglu_rows")((min(4096, (T * F // 4 + 255) // 256),), (256,), (gu, h, *args))
 
     def gather(self, src: Any, idx: Any, dst: Any) -> None:
         """dst[i] = src[idx[i]].  src: f32 [.][n], idx: i32 [M], dst: f32 [M][n]."""
@@ -294,8 +315,8 @@ class Ops:
             "gather_packed: src and dst must be contiguous rows of the same width",
         )
         _check(
-            src.shape[0] >= packed_rows(n_src) and dst.shape[0] >= packed_rows(M) and K % 4 == 0,
-            "gather_packed: bad shapes",
+            src.shape[0] >= packed_rows(n_src) and dst.shape[0] >= packed_rows(M) and K % 32 == 0,
+            "gather_packed: bad shapes (rows of packed_width halves)",
         )
         lgs = (_i32(packed_group(n_src)), idx, dst, _i32(packed_group(M)))
         self._fn("gather_packed")((M,), (256,), (src, *lgs, _i32(K)))

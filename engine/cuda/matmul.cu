@@ -49,24 +49,34 @@
 #ifndef MM_TURNS
 #define MM_TURNS 1  // MatmulConfig.turns
 #endif
+#ifndef MM_DEEP_TURNS
+#define MM_DEEP_TURNS 1  // MatmulConfig.deep_turns
+#endif
 
-// The B fragment of activation row r at elements e..e+3 (a fragment chunk's four k): f16 pairs
-// (x0, x2) and (x1, x3); zeros past the last row. Both kernels take their B operands from here,
-// which is half of why wmat_gemm's results are wmat_rows's bit for bit.
+// The B fragment of activation row r at elements e..e+3 of super-block sb, e = Frag::e0(t, c)
+// (a fragment chunk's four k): f16 pairs (x0, x2) and (x1, x3); zeros past the last row. Both
+// kernels take their B operands from here, which is half of why wmat_gemm's results are
+// wmat_rows's bit for bit. (Loading the last row's fragment instead of zeros needs no branch
+// and gives the same bits, but it held more registers and made the steps 2.5-19 % slower on
+// the H200: v32a.)
 // X: f32 rows (XL < 0; ldx in floats), or the same rows as their producer already rounded them
 // (`pack_b`, common.cuh: f16, each group of four stored x0 x2 x1 x3; rows interleaved in groups
 // of 2^XL as `packed_at` says, XL a constant so the chunks' offsets are too; ldx in halves),
 // so the fragment is one 8-byte load: no conversions, half the bytes, half the registers for
 // the unrolled loads (bench/NOTES.md v15: products of 4-8 rows 5 % faster; v19: the
 // interleaving, 8-row products 23 % faster).
-template <int XL>
-OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int e, int nrows) {
-    uint2 b = make_uint2(0u, 0u);
-    if (r < nrows) {
-        if (XL >= 0) b = *(const uint2*)((const u16*)X + packed_at(r, e, ldx, XL));
-        else b = pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + e));
+// Every format's e0(t, c) is e0(t, 0) + e0(0, c) with disjoint bits (tests/unit/
+// test_packed_layout.py), so packed_at's quad slots are taken of the two parts apart: the
+// lane's part once per kernel, the chunk's a constant (taken of their sum, the slot cost
+// instructions in every chunk: sass_counts, mmh1_q4_k_1 800 -> 1,138 per pass).
+template <int XL, class Frag>
+OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int sb, int t, int c, int nrows) {
+    if (r >= nrows) return make_uint2(0u, 0u);
+    if (XL >= 0) {
+        const int e_slot = sb * 256 + packed_elem(Frag::e0(t, 0)) + packed_elem(Frag::e0(0, c));
+        return *(const uint2*)((const u16*)X + packed_at_slot(r, e_slot, ldx, XL));
     }
-    return b;
+    return pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + sb * 256 + Frag::e0(t, c)));
 }
 
 // The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
@@ -75,11 +85,10 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
                            const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
-        const int e = sb * 256 + Frag::e0(t, c);
         u32 b[NT][2];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const uint2 v = b_pair<XL>(X, ldx, 8 * n + gid, e, nrows);
+            const uint2 v = b_pair<XL, Frag>(X, ldx, 8 * n + gid, sb, t, c, nrows);
             b[n][0] = v.x;
             b[n][1] = v.y;
         }
@@ -213,8 +222,32 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
             if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
             run(fb, sb2, X);
         }
+    } else if constexpr (DEPTH == 2 && MM_DEEP_TURNS) {
+        // The deep kernels (_1d), every format: three buffers taking turns, two super-blocks in
+        // flight while the third is multiplied, and no register moves (the ring below spends
+        // one per raw register and super-block and, with the shift, waits for the load just
+        // issued; sass_counts: mmh1_q4_k_1d 458 -> 375 loop instructions per super-block,
+        // q6_k 542 -> 465, q8_0 393 -> 293). Their cap of MM_MINB1D CTAs per SM leaves the
+        // registers for it but for 4-16 bytes of spills in some Q6_K, Q8_0 and pair kernels
+        // (sm_90 ptxas). Same super-blocks in the same order: the same bits.
+        Frag fa[MT][2], fb[MT][2], fc[MT][2];
+        if (warp < nsb) load_to(fa, warp);
+        if (warp + MM_NW < nsb) load_to(fb, warp + MM_NW);
+        oj_grid_dep();  // after the first loads, as above
+        for (int sb = warp; sb < nsb; sb += 3 * MM_NW) {
+            const int sb1 = sb + MM_NW, sb2 = sb + 2 * MM_NW;
+            if (sb2 < nsb) load_to(fc, sb2);
+            run(fa, sb, X);
+            if (sb1 >= nsb) break;
+            if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+            run(fb, sb1, X);
+            if (sb2 >= nsb) break;
+            if (sb2 + 2 * MM_NW < nsb) load_to(fb, sb2 + 2 * MM_NW);
+            run(fc, sb2, X);
+        }
     } else {
-        // The deep kernels (_1d) and the other formats: a ring of raw blocks, ring[d] the
+        // The other formats' single-super-block kernels (and the deep ones without
+        // MatmulConfig.deep_turns): a ring of raw blocks, ring[d] the
         // super-block d steps ahead, shifted by one each super-block. (With DEPTH 2 the shift
         // makes the compiler wait for the load just issued, so one super-block is in flight in
         // effect; an unrolled ring that kept two was no faster, bench/NOTES.md v16a.)
@@ -389,7 +422,7 @@ OJ_DEV void wmat_gemm(const WDesc W, const void* __restrict__ X, int ldx, float*
                     const int n = (8 / GM) * warp + q, r = 8 * n + gid;
 #pragma unroll
                     for (int cc = 0; cc < 8; ++cc)
-                        Bs[n][cc][lane] = b_pair<XL>(X, ldx, r, sb * 256 + Frag::e0(t, 8 * half + cc), nrows);
+                        Bs[n][cc][lane] = b_pair<XL, Frag>(X, ldx, r, sb, t, 8 * half + cc, nrows);
                 }
                 __syncthreads();
 #pragma unroll

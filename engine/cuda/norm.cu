@@ -43,9 +43,10 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_rows(const float* x, 
 // (a gate|up weight whose rows alternate in groups of 8: weights.interleave_halves)
 // gu[t][16 (i / 8) + i % 8] and the element 8 after it
 //   gu: f32 [T][2F], h: f32 [T][F], hh (may be null): h packed for the products (`pack_b`,
-//   f16, F halves per row, rows in groups of 2^lg as `packed_at` says); F % 4 == 0 (F % 8
+//   f16, ldh halves per row, rows in groups of 2^lg as `packed_at` says); F % 4 == 0 (F % 8
 //   with il), four elements per thread
-extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int lg, int F, int T, int il) {
+extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int ldh, int lg, int F,
+                                       int T, int il) {
     oj_grid_dep_early();
     const int F4 = F >> 2;
     const size_t n = (size_t)T * F4;
@@ -59,7 +60,7 @@ extern "C" __global__ void swiglu_rows(const float* gu, float* h, u16* hh, int l
         const float4 r = make_float4(silu_f(g.x) * u.x, silu_f(g.y) * u.y, silu_f(g.z) * u.z,
                                      silu_f(g.w) * u.w);
         ((float4*)h)[idx] = r;
-        if (hh) *(uint2*)(hh + packed_at((int)t, 4 * (int)i, F, lg)) = pack_b(r);
+        if (hh) *(uint2*)(hh + packed_at((int)t, 4 * (int)i, ldh, lg)) = pack_b(r);
     }
 }
 

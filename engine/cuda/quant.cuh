@@ -62,9 +62,23 @@ OJ_DEV u32 and_or(u32 x) {
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "n"(OR));
     return r;
 }
-// Low / high half of an f16x2 in both halves.
-OJ_DEV u32 splat_lo(u32 v) { return __byte_perm(v, 0u, 0x1010); }
-OJ_DEV u32 splat_hi(u32 v) { return __byte_perm(v, 0u, 0x3232); }
+// Low / high half of an f16x2 in both halves. Written as PTX half moves, so ptxas folds the
+// splat into the f16x2 instruction that reads it (an operand's .H0_H0 / .H1_H1 selector) and
+// no register holds it: the one-row Q4_K kernel's loop 868 -> 816 instructions per two
+// super-blocks (bench/sass_counts.py), the same values. The _prmt forms (a PRMT each) stay for
+// Q6_K, whose wide kernels spill a few more bytes with the folded form.
+OJ_DEV u32 splat_lo(u32 v) {
+    u32 d;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {l, l}; }" : "=r"(d) : "r"(v));
+    return d;
+}
+OJ_DEV u32 splat_hi(u32 v) {
+    u32 d;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {h, h}; }" : "=r"(d) : "r"(v));
+    return d;
+}
+OJ_DEV u32 splat_lo_prmt(u32 v) { return __byte_perm(v, 0u, 0x1010); }
+OJ_DEV u32 splat_hi_prmt(u32 v) { return __byte_perm(v, 0u, 0x3232); }
 
 // 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes at scale_base (Q4_K/Q5_K).
 // hdr = the first 16 bytes of the block: d, dmin, scales[12].
@@ -118,12 +132,12 @@ OJ_DEV void kquant_splats(const uint4& hdr, int t, u32 mul, u32 (&scm)[4], u32 (
     const u32 sc_hi = hsub2(and_or<0x000F000Fu>(w, and_or<0x00300030u, H2_1024>(y >> 2)), H2_1024);
     const u32 mn_hi = hsub2(and_or<0x000F000Fu>(w >> 4, and_or<0x00300030u, H2_1024>(z >> 2)), H2_1024);
     dd = hmul2(splat_lo(hdr.x), H2_2P14);
-    const u32 ndmin2 = splat_hi(hdr.x) ^ 0x80008000u;
+    const u32 ndmin2 = hneg2(splat_hi(hdr.x));
     const u32 p_lo = hmul2(sc_lo, mul), p_hi = hmul2(sc_hi, mul);
     const u32 h_lo = hmul2(ndmin2, mn_lo), h_hi = hmul2(ndmin2, mn_hi);
     // the exact remainder of each f16 product (fma), rounded: what h_lo / h_hi left over
-    const u32 l_lo = hfma2(ndmin2, mn_lo, h_lo ^ 0x80008000u);
-    const u32 l_hi = hfma2(ndmin2, mn_hi, h_hi ^ 0x80008000u);
+    const u32 l_lo = hfma2(ndmin2, mn_lo, hneg2(h_lo));
+    const u32 l_hi = hfma2(ndmin2, mn_hi, hneg2(h_hi));
     splat_pairs(p_lo, p_hi, scm);
     splat_pairs(h_lo, h_hi, mhi);
     splat_pairs(l_lo, l_hi, mlo);
@@ -137,7 +151,7 @@ struct FragQ4K {
     static constexpr bool kTurns = true;  // wmat_rows: two raw buffers taking turns
     uint4 hdr, q0, q1;
     u32 scm[4], mhi[4], mlo[4], dd;  // sub-blocks 2G0, 2G0+1, 2G1, 2G1+1 (G as e0)
-    OJ_DEV static int e0(int t, int c) {
+    OJ_HD static int e0(int t, int c) {
         const int w = c >> 1, h = c & 1, G = (w < 4 ? 0 : 2) + (t >> 1);
         return 64 * G + 32 * h + 16 * (t & 1) + 4 * (w & 3);
     }
@@ -162,7 +176,7 @@ struct FragQ5K {
     uint4 hdr, qh, q0, q1;
     u32 scm[4], mhi[4], mlo[4], dd;
     int t_;
-    OJ_DEV static int e0(int t, int c) { return FragQ4K::e0(t, c); }
+    OJ_HD static int e0(int t, int c) { return FragQ4K::e0(t, c); }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const u8* blk = W.p0 + unit_index(W, row, sb) * 176;
         hdr = *(const uint4*)blk;
@@ -192,7 +206,7 @@ struct FragQ6K {
     uint4 sc;
     u16 dbits;
     u32 ds[2][4];
-    OJ_DEV static int e0(int t, int c) {
+    OJ_HD static int e0(int t, int c) {
         const int n = c >> 3, q = (c >> 1) & 3, j = c & 1;
         return 128 * n + 32 * q + 8 * t + 4 * j;
     }
@@ -211,15 +225,15 @@ struct FragQ6K {
     // scales become exact f16 by the XOR-0x80 + 1152 trick, and d * sc (11 x 8 bits) is exact
     // in f32, so the f16 product rounds to the bits of the f32 one.
     OJ_DEV void prep(int t) {
-        const u32 d2 = splat_lo(dbits), sel = 0x4240u + 0x0101u * (u32)(t >> 1);
+        const u32 d2 = splat_lo_prmt(dbits), sel = 0x4240u + 0x0101u * (u32)(t >> 1);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int qh2 = 0; qh2 < 2; ++qh2) {
                 const u32 b = word_of(sc, 2 * n + qh2) ^ 0x80808080u;
                 const u32 p = hmul2(d2, hsub2(__byte_perm(b, 0x64646464u, sel), H2_1152));
-                ds[n][2 * qh2] = splat_lo(p);
-                ds[n][2 * qh2 + 1] = splat_hi(p);
+                ds[n][2 * qh2] = splat_lo_prmt(p);
+                ds[n][2 * qh2 + 1] = splat_hi_prmt(p);
             }
     }
     // 6-bit codes as f16: 4 low bits | 2 high bits << 4 OR-ed onto 1024 (q < 2), or, for the
@@ -248,7 +262,7 @@ struct FragQ8_0 {
     uint4 qv[4];
     u32 dpair;  // the two f16 block scales of this thread's 64 elements
     u32 dsp[2];
-    OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
+    OJ_HD static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const size_t u = unit_index(W, row, sb);
         const u8* q = W.p0 + u * 256 + 64 * t;
@@ -273,7 +287,7 @@ struct FragQ8_0 {
 struct FragF16 {
     static constexpr bool kTurns = false;
     const u8* base;
-    OJ_DEV static int e0(int t, int c) { return 64 * t + 4 * c; }
+    OJ_HD static int e0(int t, int c) { return 64 * t + 4 * c; }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         base = W.p0 + (unit_index(W, row, sb) * 256 + 64 * t) * 2;
     }

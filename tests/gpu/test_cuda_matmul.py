@@ -133,16 +133,20 @@ def test_packed_activations_give_the_f32_path_bits(ggml_type: int, n_rows: int) 
 def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows: int) -> None:
     """The `_1d` kernels (two super-blocks in flight per warp, chosen for narrow products) give
     the plain single-n-tile kernels' results bit for bit, f32 and packed activations, with an
-    uneven K split over the four classes."""
+    even K split over the four classes and an uneven one (3 super-blocks per warp; 4 or 5: the
+    three buffers taking turns end at each of their places); so do they with their ring of raw
+    blocks (MatmulConfig.deep_turns off)."""
     import cupy as cp
 
     rng = np.random.default_rng(90 + 10 * ggml_type + n_rows)
-    w, _ = _weight(ggml_type, 72, 256 * 11, int(rng.integers(1 << 30)))
-    x = cp.asarray(rng.standard_normal((n_rows, 256 * 11)).astype(np.float32))
     configs = [build.MatmulConfig(deep_narrow=deep) for deep in (False, True)]
-    for cfg, suffix in zip(configs, ("_1", "_1d"), strict=True):
+    configs.append(build.MatmulConfig(deep_turns=False))
+    for cfg, suffix in zip(configs, ("_1", "_1d", "_1d"), strict=True):
         assert cfg.row_tile(ggml_type, n_rows, False, 72, 132).name.endswith(suffix)
-    _assert_same_bits_under(configs, w, x)
+    for cols in (256 * 12, 256 * 19):
+        w, _ = _weight(ggml_type, 72, cols, int(rng.integers(1 << 30)))
+        x = cp.asarray(rng.standard_normal((n_rows, cols)).astype(np.float32))
+        _assert_same_bits_under(configs, w, x)
 
 
 def _row_tilings() -> Iterator[build.MatmulConfig]:
@@ -231,15 +235,17 @@ def test_gate_up_product_finishing_swiglu_gives_product_then_swiglu_bits(
     gu = cp.full((n_rows, 2 * F), np.nan, dtype=cp.float32)
     kernels.matmul(w, x, gu, xh=xh)
     h = cp.full((n_rows, F), np.nan, dtype=cp.float32)
-    want = cp.full((rows, F), np.nan, dtype=cp.float16)
+    want = cp.full((rows, kernels.packed_width(F)), np.nan, dtype=cp.float16)
     ops.swiglu(gu, h, want, interleaved=True)
     for cfg in _row_tilings():
         for packed in (None, xh):
-            got = cp.full((rows, F), np.nan, dtype=cp.float16)
+            got = cp.full((rows, kernels.packed_width(F)), np.nan, dtype=cp.float16)
             kernels.matmul_swiglu(w, x, packed, got)
+            # the columns past F pad the rows to whole groups of 8 quads: neither kernel
+            # writes them
             assert cp.array_equal(
-                kernels.unpack_activations(got, n_rows)[:n_rows],
-                kernels.unpack_activations(want, n_rows)[:n_rows],
+                kernels.unpack_activations(got, n_rows)[:n_rows, :F],
+                kernels.unpack_activations(want, n_rows)[:n_rows, :F],
             ), (cfg, packed is None)
     xd = cp.asnumpy(x).astype(np.float64)
     g, u = xd @ dense[:F].T, xd @ dense[F:].T
@@ -277,24 +283,27 @@ def test_a_pair_of_products_in_one_launch_gives_two_launches_bits(
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 9])
 def test_pack_activations_layout(n_rows: int) -> None:
     """Each group of four stored x0 x2 x1 x3, rounded to nearest f16; rows in groups of g = 1,
-    4 or 8 by the row count that store quad by quad their rows' quads side by side (common.cuh
-    packed_at); unpack inverts."""
+    4 or 8 by the row count that store quad by quad their rows' quads side by side, quad q of a
+    row in slot q with bits 0 and 2 swapped, rows padded to 32 halves (common.cuh packed_at);
+    unpack inverts."""
     import cupy as cp
 
-    x = cp.arange(n_rows * 8, dtype=cp.float32).reshape(n_rows, 8) + 0.1
+    K = 40  # a group of 8 quads and a part of the next
+    x = cp.arange(n_rows * K, dtype=cp.float32).reshape(n_rows, K) + 0.1
     g = {1: 1, 2: 4, 3: 4, 4: 4, 9: 8}[n_rows]
     assert 1 << kernels.packed_group(n_rows) == g
     packed = cp.asnumpy(kernels.pack_activations(x))
-    assert packed.shape == (-(-n_rows // g) * g, 8) == (kernels.packed_rows(n_rows), 8)
+    assert packed.shape == (-(-n_rows // g) * g, 64) == (kernels.packed_rows(n_rows), 64)
     flat = packed.reshape(-1)
     for r in range(n_rows):
-        for q in range(2):
-            at = (r // g) * g * 8 + (q * g + r % g) * 4
+        for q in range(K // 4):
+            slot = (q & ~5) | ((q & 1) << 2) | ((q >> 2) & 1)
+            at = (r // g) * g * 64 + (slot * g + r % g) * 4
             want = [x[r, 4 * q + i].item() for i in (0, 2, 1, 3)]
             assert flat[at : at + 4].tolist() == np.array(want, np.float16).tolist()
     back = kernels.unpack_activations(kernels.pack_activations(x), n_rows)
-    assert cp.array_equal(back[:n_rows], x.astype(cp.float16))
-    assert not bool(back[n_rows:].any())  # the rows past the last, zero
+    assert cp.array_equal(back[:n_rows, :K], x.astype(cp.float16))
+    assert not bool(back[n_rows:].any()) and not bool(back[:, K:].any())  # padding: zero
 
 
 def test_matmul_rejects_misshapen_packed_activations() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import manifest, worktree_tree
+from bench.common import is_checkout, manifest, worktree_tree
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -33,22 +33,43 @@ def test_a_clean_checkout_gives_its_commits_tree(tmp_path: Path) -> None:
 
 
 def test_changed_and_new_files_give_the_tree_of_the_commit_that_holds_them(tmp_path: Path) -> None:
-    """A changed file and a new untracked one count, an ignored one and `_main/` do not;
+    """A changed file and a new untracked one count, an ignored one and `_main/`, `_tree_*/` do not;
     committing those files gives a commit with exactly that tree; the checkout's own index is
     untouched."""
     repo = _repo(tmp_path)
     (repo / "a.txt").write_text("two\n")
     (repo / "b.txt").write_text("new\n")
-    for other in ("ignored", "_main"):  # ignored; gpu_check.sh's copy of main
+    for other in ("ignored", "_main", "_tree_x"):  # ignored; gpu_check.sh's copies
         (repo / other).mkdir()
         (repo / other / "c.txt").write_text("not measured\n")
     before = _git(repo, "status", "--porcelain")
     tree = worktree_tree(repo)
     assert tree != _git(repo, "rev-parse", "HEAD^{tree}")
     assert _git(repo, "status", "--porcelain") == before  # nothing staged by it
-    _git(repo, "add", "-A", "--", ".", ":(exclude)_main")
+    _git(repo, "add", "-A", "--", ".", ":(exclude)_main", ":(exclude)_tree_*")
     _git(repo, "commit", "-q", "-m", "second")
     assert tree == _git(repo, "rev-parse", "HEAD^{tree}")
+
+
+def test_a_copy_of_another_commit_inside_the_checkout_gives_that_commits_tree(
+    tmp_path: Path,
+) -> None:
+    """gpu_check.sh's compare modes time `git archive` copies of other commits in `_main/` and
+    `_tree_*/` inside the checkout: such a copy is named by its own files' tree, not by the
+    enclosing checkout's HEAD or files, and is not a checkout itself."""
+    repo = _repo(tmp_path)
+    first = _git(repo, "rev-parse", "HEAD")
+    (repo / "a.txt").write_text("two\n")
+    _git(repo, "commit", "-q", "-am", "second")
+    copy = repo / "_tree_first"
+    copy.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", first], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
+    assert worktree_tree(copy) == _git(repo, "rev-parse", f"{first}^{{tree}}")
+    assert worktree_tree(repo) == _git(repo, "rev-parse", "HEAD^{tree}")
+    assert is_checkout(repo) and not is_checkout(copy)
 
 
 def test_outside_git_there_is_no_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,8 +29,8 @@ def test_matmul_swiglu_takes_only_gate_up_weights_on_the_row_kernels() -> None:
         kernels.matmul_swiglu(_weight(Q4_K, 32), x, None, _packed(200, 16))
     with pytest.raises(kernels.LaunchError, match="packed"):  # 5 rows: a whole group of 8
         kernels.matmul_swiglu(_weight(Q4_K, 32), x[:5], None, np.zeros((5, 16), np.float16))
-    with pytest.raises(kernels.LaunchError, match="contiguous"):
-        kernels.matmul_swiglu(_weight(Q4_K, 32), x[:1], None, np.zeros((1, 32), np.float16))
+    with pytest.raises(kernels.LaunchError, match="contiguous"):  # F = 16: rows of 32 halves
+        kernels.matmul_swiglu(_weight(Q4_K, 32), x[:1], None, np.zeros((1, 64), np.float16))
 
 
 def test_matmul_pair_takes_two_formats_it_has_a_kernel_for_into_separate_columns() -> None:
