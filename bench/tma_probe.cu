@@ -155,6 +155,38 @@ ROWS_KERNEL(rows4, 2)
 #define ABL_NO_DEQ 2  // weight fragments are the raw code words (no dequantization, no prep)
 #define ABL_NO_MMA 4  // an FADD per chunk instead of the mma (a 4-cycle chain, not ~30)
 #define ABL_NO_W 8    // no weight loads: fragments made from the super-block index
+// the finer questions after v31a (NO_DEQ took the rate of a 2 GB matrix from 3.07 to 4.14
+// TB/s, but the split-min engine kernels, whose pair of weights costs a LOP3 and an HMUL2
+// instead of four instructions, did not speed the step up, v31c-d): which half of the
+// dequantization costs the time, the per-super-block scales (prep) or the per-chunk get
+#define ABL_NO_PREP 16   // no prep: the splats are the header's words as they are
+#define ABL_CHEAP_GET 32  // get as LOP3 + HMUL2 (split-min's A, without its second chain)
+#define ABL_MIN_MMA 64    // with ABL_CHEAP_GET: the min chain's second mma into its own
+                          // accumulator and the per-super-block fold (split-min's whole loop)
+// Local SASS (nvcc 13, sm_90) of rows_abl_split shows what the second mma costs beyond its own
+// issue: its A operand must sit in four consecutive registers, so (m0, m1, m0, m1) is copied
+// into a quad before every mma (4 IMAD.MOV per chunk). Two ways around it:
+#define ABL_MIN_K8 128   // with ABL_CHEAP_GET: the min chain as two m16n8k8 mma per chunk, whose
+                         // A is a pair (m0, m1) made once per super-block, B one k half
+#define ABL_SUM_MMA 256  // with ABL_CHEAP_GET: the activations' sub-block sums as an mma whose
+                         // A is a constant indicator quad (made once per kernel) and B the
+                         // activation pair as loaded: no copies; sums folded once per super-block
+#define ABL_S1688 512     // with ABL_CHEAP_GET: the whole row-kernel side of split-min with the
+                         // sums S as NOTES' v31 plan has them: S from two m16n8k8 per chunk (A:
+                         // a constant indicator pair, rows = sub-blocks; B: one activation k
+                         // half), moved to the min mma's B layout by shuffles once per
+                         // super-block, split into f16 hi + lo, one m16n8k16 with the mins, the
+                         // fold (the gemm would read S that its B-writing warps made the same way)
+
+// m16n8k8 (f16 in, f32 accumulate): A (a0: row gid, a1: row gid + 8; k 2t, 2t+1), B (k 2t,
+// 2t+1; column gid)
+OJ_DEV void mma_1688(float* d, u32 a0, u32 a1, u32 b0) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
 
 template <int FLAGS>
 OJ_DEV void abl_load(FragQ4K& f, const WDesc& W, int row, int sb, int t) {
@@ -170,10 +202,29 @@ OJ_DEV void abl_load(FragQ4K& f, const WDesc& W, int row, int sb, int t) {
 
 template <int FLAGS>
 OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restrict__ X, int ldx,
-                           int sb, int nrows, int gid, int t) {
-    if (!(FLAGS & ABL_NO_DEQ)) {
+                           int sb, int nrows, int gid, int t, const uint4 (&ind)[4],
+                           const uint2 (&ind8)[4]) {
+    if (FLAGS & ABL_NO_PREP) {  // splats from the header as loaded: no arithmetic
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint4 v = f[h].hdr;
+            f[h].dd = v.x;
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                f[h].scm[s] = word_of(v, s);
+                f[h].mhi[s] = word_of(v, (s + 1) & 3);
+                f[h].mlo[s] = word_of(v, (s + 2) & 3);
+            }
+        }
+    } else if (!(FLAGS & ABL_NO_DEQ)) {
         f[0].prep(t);
         f[1].prep(t);
+    }
+    float tm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint2 mp[4];  // ABL_MIN_K8: the min pairs (rows gid, gid + 8) of the thread's 4 sub-blocks
+    if (FLAGS & ABL_MIN_K8) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) mp[s] = make_uint2(f[0].mhi[s], f[1].mhi[s]);
     }
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
@@ -187,6 +238,32 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
             a2 = a0 >> (4 * (c & 1));
             a1 = word_of(w < 4 ? f[1].q0 : f[1].q1, w & 3);
             a3 = a1 >> (4 * (c & 1));
+        } else if (FLAGS & ABL_CHEAP_GET) {
+            const int w = c >> 1, h = c & 1, s = (w < 4 ? 0 : 2) + h;
+            const u32 mask = h ? 0x00F000F0u : 0x000F000Fu;
+            const u32 w0 = word_of(w < 4 ? f[0].q0 : f[0].q1, w & 3);
+            const u32 w1 = word_of(w < 4 ? f[1].q0 : f[1].q1, w & 3);
+            a0 = hmul2(w0 & mask, f[0].scm[s]);
+            a2 = hmul2((w0 >> 8) & mask, f[0].scm[s]);
+            a1 = hmul2(w1 & mask, f[1].scm[s]);
+            a3 = hmul2((w1 >> 8) & mask, f[1].scm[s]);
+            if (FLAGS & ABL_MIN_MMA) {
+                const u32 m0 = f[0].mhi[s], m1 = f[1].mhi[s];
+                mma_16816(tm, m0, m1, m0, m1, b.x, b.y);
+            }
+            if (FLAGS & ABL_MIN_K8) {
+                mma_1688(tm, mp[s].x, mp[s].y, b.x);
+                mma_1688(tm, mp[s].x, mp[s].y, b.y);
+            }
+            if (FLAGS & ABL_S1688) {  // S[sub-block gid][activation rows 2t, 2t+1]
+                const uint2 q = ind8[(c >= 8 ? 2 : 0) + (c & 1)];
+                mma_1688(tm, q.x, q.y, b.x);
+                mma_1688(tm, q.x, q.y, b.y);
+            }
+            if (FLAGS & ABL_SUM_MMA) {
+                const uint4 q = ind[(c >= 8 ? 2 : 0) + (c & 1)];
+                mma_16816(tm, q.x, q.y, q.z, q.w, b.x, b.y);
+            }
         } else {
             f[0].get(c, a0, a2);
             f[1].get(c, a1, a3);
@@ -195,6 +272,26 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
             acc[0] += __uint_as_float(0x3F800000u | ((a0 ^ a1 ^ a2 ^ a3 ^ b.x ^ b.y) & 0x007FFFFFu));
         else
             mma_16816(acc, a0, a1, a2, a3, b.x, b.y);
+    }
+    if (FLAGS & ABL_S1688) {
+        // lane (gid, t) needs S[sub 2t][act gid] and S[sub 2t+1][act gid]: lanes (2t, gid/2)
+        // and (2t+1, gid/2) hold them, as element gid & 1
+        const int src = 8 * t + (gid >> 1), odd = gid & 1;
+        const float a0 = __shfl_sync(0xFFFFFFFFu, tm[0], src), a1 = __shfl_sync(0xFFFFFFFFu, tm[1], src);
+        const float c0 = __shfl_sync(0xFFFFFFFFu, tm[0], src + 4), c1 = __shfl_sync(0xFFFFFFFFu, tm[1], src + 4);
+        const float s0 = odd ? a1 : a0, s1 = odd ? c1 : c0;
+        const u32 hi = pack_h2(s0, s1);
+        const u32 lo = pack_h2(s0 - h2f((u16)(hi & 0xFFFFu)), s1 - h2f((u16)(hi >> 16)));
+        const u32 m0 = f[0].mhi[0], m1 = f[1].mhi[0];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tm[i] = 0.0f;
+        mma_16816(tm, m0, m1, m0, m1, hi, lo);
+    }
+    if (FLAGS & (ABL_MIN_MMA | ABL_MIN_K8 | ABL_SUM_MMA | ABL_S1688)) {  // split-min's fold
+        const float d0 = __uint_as_float(f[0].dd), d1 = __uint_as_float(f[1].dd);
+        const float n0 = __uint_as_float(f[0].mlo[0]), n1 = __uint_as_float(f[1].mlo[0]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[i] = fmaf(tm[i], i < 2 ? n0 : n1, acc[i] * (i < 2 ? d0 : d1));
     }
 }
 
@@ -211,15 +308,25 @@ OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* 
         for (int h = 0; h < 2; ++h) abl_load<FLAGS>(f[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
     };
     FragQ4K fa[2], fb[2];
+    uint4 ind[4];  // ABL_SUM_MMA: rows gid: 1 where the slot's sub-block (base + 2(t>>1)) is gid
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int base = (i >= 2 ? 4 : 0) + (i & 1);
+        const u32 one = base + 2 * (t >> 1) == gid ? 0x3C003C00u : 0u;
+        ind[i] = make_uint4(one, 0u, one, 0u);
+    }
+    uint2 ind8[4];  // ABL_S1688: row gid of the m16n8k8 A: 1 where the slot's sub-block is gid
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ind8[i] = make_uint2(ind[i].x, 0u);
     if (warp < nsb) load_to(fa, warp);
     oj_grid_dep();
     for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns, as in the engine
         const int sb2 = sb + MM_NW;
         if (sb2 < nsb) load_to(fb, sb2);
-        abl_superblock<FLAGS>(fa, acc[0][0], X, ldx, sb, nrows, gid, t);
+        abl_superblock<FLAGS>(fa, acc[0][0], X, ldx, sb, nrows, gid, t, ind, ind8);
         if (sb2 >= nsb) break;
         if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-        abl_superblock<FLAGS>(fb, acc[0][0], X, ldx, sb2, nrows, gid, t);
+        abl_superblock<FLAGS>(fb, acc[0][0], X, ldx, sb2, nrows, gid, t, ind, ind8);
     }
     reduce_store<1, 1>(red, acc, rows, Y, ldy, row0, 0, nrows, R, MM_STORE);
 }
@@ -236,6 +343,14 @@ ABL_KERNEL(rows_abl_nomma, ABL_NO_MMA)
 ABL_KERNEL(rows_abl_now, ABL_NO_W)
 ABL_KERNEL(rows_abl_now_nob, ABL_NO_W | ABL_NO_B)
 ABL_KERNEL(rows_abl_loads, ABL_NO_DEQ | ABL_NO_MMA)  // the loads and a short chain only
+ABL_KERNEL(rows_abl_noprep, ABL_NO_PREP)
+ABL_KERNEL(rows_abl_cheap, ABL_CHEAP_GET)
+ABL_KERNEL(rows_abl_cheap_noprep, ABL_CHEAP_GET | ABL_NO_PREP)
+ABL_KERNEL(rows_abl_split, ABL_CHEAP_GET | ABL_MIN_MMA)
+ABL_KERNEL(rows_abl_split_noprep, ABL_CHEAP_GET | ABL_MIN_MMA | ABL_NO_PREP)
+ABL_KERNEL(rows_abl_split_k8, ABL_CHEAP_GET | ABL_MIN_K8)
+ABL_KERNEL(rows_abl_split_sums, ABL_CHEAP_GET | ABL_SUM_MMA)
+ABL_KERNEL(rows_abl_split_s1688, ABL_CHEAP_GET | ABL_S1688)
 
 // ---- Launch boundaries (--set launch): the weight loads alone, without the engine's tiles. Each
 // CTA streams an equal contiguous share of the matrix's bytes (gridDim.x CTAs, whatever the

@@ -75,7 +75,9 @@ VARIANTS = {
 ABLATION = {
     1: [("rows1", 0), ("rows_abl_all", 0), ("rows_abl_nob", 0), ("rows_abl_nodeq", 0),
         ("rows_abl_nomma", 0), ("rows_abl_now", 0), ("rows_abl_now_nob", 0),
-        ("rows_abl_loads", 0)],
+        ("rows_abl_loads", 0), ("rows_abl_noprep", 0), ("rows_abl_cheap", 0),
+        ("rows_abl_cheap_noprep", 0), ("rows_abl_split", 0), ("rows_abl_split_noprep", 0),
+        ("rows_abl_split_k8", 0), ("rows_abl_split_sums", 0), ("rows_abl_split_s1688", 0)],
 }  # fmt: skip
 CHECKED_ABLATIONS = ("rows1", "rows_abl_all")
 # --set launch (tma_probe.cu flat_*): per_sm 0 = one CTA per 16-row tile, else that many per SM
