@@ -197,7 +197,7 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   exit $?
 fi
 case "$MODE" in tma | ablation | launch | stage | steal | walk | ring | int8)  # tma_probe.py's sets, named as the modes
-  rows=$([ "$MODE" = tma ] && echo "${ROWS:-1,4}" || echo 1)
+  rows=$(case "$MODE" in tma | int8) echo "${ROWS:-1,4}" ;; *) echo 1 ;; esac)
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \
     ${GIANT_GB:+--giant-gb "$GIANT_GB"} 2>&1 | tee "$OUT/$MODE.log"
   exit $?

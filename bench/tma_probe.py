@@ -121,6 +121,7 @@ RING_ROUND = 8 * 1024
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0)],
+    4: [("rows4", 0), ("rows_i8m4", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -190,7 +191,8 @@ class Probe:
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
         self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
-        self.int8_rows: dict[int, tuple[Any, Any]] = {}  # id(x) -> (x, its int8 form)
+        # id(x) -> (x, its rows' int8 forms one after another, the bytes of one)
+        self.int8_rows: dict[int, tuple[Any, Any, int]] = {}
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -226,6 +228,8 @@ class Probe:
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
         `ctas` CTAs when given; x: the f32 rows of xh (the int8 kernels read their own form of
         them, made once per x)."""
+        import cupy as cp
+
         tiles = -(-w.rows // 16)
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
@@ -237,10 +241,12 @@ class Probe:
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
             xh, ldx = self.counters, i32(pair)
-        if kernel.startswith("rows_i8"):  # one row, as int8_activations has it
+        if kernel.startswith("rows_i8"):  # each row as int8_activations has it, one after another
             if id(x) not in self.int8_rows:
-                self.int8_rows[id(x)] = (x, int8_activations(x[0]))
-            xh, ldx = self.int8_rows[id(x)][1], i32(0)
+                parts = [int8_activations(row) for row in x]
+                self.int8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
+            _, xh, size = self.int8_rows[id(x)]
+            ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
@@ -273,6 +279,14 @@ def check(probe: Probe) -> dict[str, float]:
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
                 if kernel.startswith("rows_i8"):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
+                if kernel == "rows_i8m4":  # each row rows_i8m's bits for that row alone
+                    for r in range(R):
+                        one = cp.full((1, rows), np.nan, cp.float32)
+                        probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
+                        diff = float(cp.nan_to_num(cp.abs(got[r] - one[0]), nan=np.inf).max())
+                        out["rows_i8m4_against_rows_i8m"] = max(
+                            out.get("rows_i8m4_against_rows_i8m", 0.0), diff
+                        )
                 out[key] = max(out.get(key, 0.0), bad)
     return out
 
@@ -305,7 +319,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4", help="of 1, 4 (the sets other than tma: 1)")
+    parser.add_argument("--rows", default="1,4", help="of 1, 4 (the sets other than tma, int8: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
