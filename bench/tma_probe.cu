@@ -913,13 +913,19 @@ I8_KERNEL(rows_i8m, 2)
 // that row alone, bit for bit (the same integers, the same float folds in the same order: its XH
 // and XL terms summed in their own accumulators, as rows_i8m's lanes 0 and 1): the batch
 // invariance the engine's tests demand, checked by tma_probe.py.
-OJ_DEV void i8_superblock4(const I8Blk (&b)[2], const u8* __restrict__ X, long ldx, int R, int K,
-                           int sb, int gid, int t, float (&acc)[2], float (&mh)[2], float (&ml)[2]) {
+// MT m-tiles per warp share each B fragment (rows_i8m4x2: 2, half the activation bytes per weight
+// byte; rows_i8m4: 1). b[m][h]: m-tile m's rows gid, gid + 8.
+template <int MT>
+OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, long ldx, int R, int K,
+                           int sb, int gid, int t, float (&acc)[MT][2], float (&mh)[MT][2],
+                           float (&ml)[MT][2]) {
     const int nsb = K >> 8;
-    u32 sc[2][2], mm[2][2];
-    i8_scales(b[0].hdr, sc[0], mm[0]);
-    i8_scales(b[1].hdr, sc[1], mm[1]);
-    int e[2][2] = {{0, 0}, {0, 0}}, o[2][2] = {{0, 0}, {0, 0}};
+    u32 sc[MT][2][2], mm[MT][2][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_scales(b[m][h].hdr, sc[m][h], mm[m][h]);
+    int e[MT][2][2] = {}, o[MT][2][2] = {};
     const int brow = gid >> 1;  // this lane's B column: row gid / 2, part gid & 1
     const bool bval = brow < R;
     const signed char* xrow = (const signed char*)(X + brow * ldx) + (gid & 1) * K + sb * 256 + 8 * t;
@@ -928,26 +934,32 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[2], const u8* __restrict__ X, long l
         const int j = s >> 1;
         const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
         const uint2 bv = bval ? *(const uint2*)(xrow + 32 * s) : make_uint2(0u, 0u);
-        int c[4];
-        mma_u8s8(c, b[0].q[j].x & mask, b[1].q[j].x & mask, b[0].q[j].y & mask, b[1].q[j].y & mask,
-                 bv.x, bv.y);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int scale = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3));
-            int(&dst)[2] = (s & 1) ? o[r] : e[r];
-            dst[0] += scale * c[2 * r];
-            dst[1] += scale * c[2 * r + 1];
+        for (int m = 0; m < MT; ++m) {
+            int c[4];
+            mma_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
+                     b[m][1].q[j].y & mask, bv.x, bv.y);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int scale = (int)__byte_perm(sc[m][r][s >> 2], 0u, 0x4440u + (s & 3));
+                int(&dst)[2] = (s & 1) ? o[m][r] : e[m][r];
+                dst[0] += scale * c[2 * r];
+                dst[1] += scale * c[2 * r + 1];
+            }
         }
     }
     // this lane's activation row t: its scale, and its rows_i8m fold
     const float* sx_t = (const float*)(X + min(t, R - 1) * ldx + 2 * (size_t)K);
     const float sxv = sx_t[sb];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const float d = h2f((u16)(b[r].hdr.x & 0xFFFFu));
-        const float f = (float)(16 * e[r][0] + o[r][0]) + (float)(16 * e[r][1] + o[r][1]) * (1.0f / 254.0f);
-        acc[r] = fmaf(d * sxv, f, acc[r]);
-    }
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float d = h2f((u16)(b[m][r].hdr.x & 0xFFFFu));
+            const float f =
+                (float)(16 * e[m][r][0] + o[m][r][0]) + (float)(16 * e[m][r][1] + o[m][r][1]) * (1.0f / 254.0f);
+            acc[m][r] = fmaf(d * sxv, f, acc[m][r]);
+        }
     // the mins: B column gid is row gid / 2's XH (then XL) as b (gid even) or a
     const long xm_off = 2 * (long)K + 8 * ((nsb + 1) / 2) + 4 * (K >> 5);
     const uint2* xm = (const uint2*)(X + brow * ldx + xm_off) + sb * 32 + t;
@@ -955,45 +967,54 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[2], const u8* __restrict__ X, long l
 #pragma unroll
     for (int part = 0; part < 2; ++part) {
         const uint2 bv = bval ? xm[(2 * part + (gid & 1)) * 4] : make_uint2(0u, 0u);
-        int c[4];
-        mma_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
         const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
-        float(&dst)[2] = part ? ml : mh;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float dmin = h2f((u16)(b[r].hdr.x >> 16));
-            dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+        for (int m = 0; m < MT; ++m) {
+            int c[4];
+            mma_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh, bv.x,
+                     bv.y);
+            float(&dst)[2] = part ? ml[m] : mh[m];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float dmin = h2f((u16)(b[m][r].hdr.x >> 16));
+                dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+            }
         }
     }
 }
 
+template <int MT>
 OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __restrict__ X, long ldx,
                      float* __restrict__ Y, int ldy, int R) {
-    __shared__ float red[MM_NW][4][16];
+    __shared__ float red[MM_NW][4][16 * MT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
-    const int row0 = blockIdx.y * 16, nsb = cols >> 8;
-    float acc[2] = {0.0f, 0.0f}, mh[2] = {0.0f, 0.0f}, ml[2] = {0.0f, 0.0f};
-    auto load_to = [&](I8Blk (&b)[2], int sb) {
+    const int row0 = blockIdx.y * 16 * MT, nsb = cols >> 8;
+    float acc[MT][2] = {}, mh[MT][2] = {}, ml[MT][2] = {};
+    auto load_to = [&](I8Blk (&b)[MT][2], int sb) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) i8_load(b[m][h], W, min(row0 + 16 * m + 8 * h + gid, rows - 1), sb, t);
     };
-    I8Blk fa[2], fb[2];
+    I8Blk fa[MT][2], fb[MT][2];
     if (warp < nsb) load_to(fa, warp);
     oj_grid_dep();
     for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {
         const int sb2 = sb + MM_NW;
         if (sb2 < nsb) load_to(fb, sb2);
-        i8_superblock4(fa, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
+        i8_superblock4<MT>(fa, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
         if (sb2 >= nsb) break;
         if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-        i8_superblock4(fb, X, ldx, R, cols, sb2, gid, t, acc, mh, ml);
+        i8_superblock4<MT>(fb, X, ldx, R, cols, sb2, gid, t, acc, mh, ml);
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) red[warp][t][gid + 8 * r] = acc[r] - (mh[r] + ml[r]);
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) red[warp][t][16 * m + gid + 8 * r] = acc[m][r] - (mh[m][r] + ml[m][r]);
     __syncthreads();
-    if (threadIdx.x < 64) {
-        const int i = threadIdx.x & 15, rr = threadIdx.x >> 4;
+    for (int idx = threadIdx.x; idx < 4 * 16 * MT; idx += blockDim.x) {
+        const int i = idx % (16 * MT), rr = idx / (16 * MT);
         if (rr < R && row0 + i < rows) {
             float v = 0.0f;
 #pragma unroll
@@ -1005,5 +1026,10 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
 
 extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     rows_i8m4(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) {
-    i8_rows4(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R);
+    i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R);
+}
+// two m-tiles per warp (32 weight rows per CTA): each B fragment serves both
+extern "C" __global__ void __launch_bounds__(32 * MM_NW, 3)
+    rows_i8m4x2(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) {
+    i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R);
 }

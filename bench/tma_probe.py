@@ -121,7 +121,7 @@ RING_ROUND = 8 * 1024
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0)],
-    4: [("rows4", 0), ("rows_i8m4", 0)],
+    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -230,7 +230,7 @@ class Probe:
         them, made once per x)."""
         import cupy as cp
 
-        tiles = -(-w.rows // 16)
+        tiles = -(-w.rows // (32 if kernel.endswith("x2") else 16))  # x2: two m-tiles per warp
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
             grid = per_sm * self.sms
@@ -279,7 +279,7 @@ def check(probe: Probe) -> dict[str, float]:
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
                 if kernel.startswith("rows_i8"):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
-                if kernel == "rows_i8m4":  # each row rows_i8m's bits for that row alone
+                if kernel.startswith("rows_i8m4"):  # each row rows_i8m's bits for that row alone
                     for r in range(R):
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
