@@ -284,9 +284,8 @@ def check(probe: Probe) -> dict[str, float]:
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
                         diff = float(cp.nan_to_num(cp.abs(got[r] - one[0]), nan=np.inf).max())
-                        out["rows_i8m4_against_rows_i8m"] = max(
-                            out.get("rows_i8m4_against_rows_i8m", 0.0), diff
-                        )
+                        bits = f"{kernel}_against_rows_i8m"
+                        out[bits] = max(out.get(bits, 0.0), diff)
                 out[key] = max(out.get(key, 0.0), bad)
     return out
 
