@@ -1033,3 +1033,127 @@ extern "C" __global__ void __launch_bounds__(32 * MM_NW, 3)
     rows_i8m4x2(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) {
     i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R);
 }
+
+// ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
+// the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as
+// `rows_i8m`'s) and 32 activation rows (8 n-tiles of 4 rows, hi and lo in B columns 2r, 2r + 1,
+// staged in shared memory per super-block for all 8 warps); each warp walks the K classes as the
+// row kernels split them (super-blocks sb = w mod 4, class by class, each summed from zero and
+// added in order) with the same integers (16e + o: even sub-blocks' scales times 16) and the same
+// float folds, so a row's result does not depend on which kernel made it (checked). Why: v35g-h
+// showed the integer one-row product 17 % faster and bit-compatible across row counts; the
+// integer design needs a prefill kernel that keeps those bits and llama.cpp's prefill rate.
+constexpr int G8_ROWS = 32;   // activation rows per CTA
+constexpr int G8_PART = 288;  // bytes per part (hi, lo) of a staged row: 256 + 32 of padding,
+constexpr int G8_ROWB = 576;  // so the 16 lanes of a half-warp's B loads fall on distinct banks
+constexpr int G8_MINB = 192;  // bytes per staged row of the mins' fragments (128 + 64 padding)
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    __shared__ __align__(16) u8 sx_b[G8_ROWS * G8_ROWB];
+    __shared__ __align__(16) u8 sm_b[G8_ROWS * G8_MINB];
+    __shared__ float ss[G8_ROWS];
+    const u8* X = (const u8*)Xv;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS;
+    const int nr = min(G8_ROWS, R - rbase), nsb = cols >> 8;
+    const long xm_off = 2 * (long)cols + 8 * ((nsb + 1) / 2) + 4 * (cols >> 5);
+    const int sh = 8 * t;
+    float total[8][2] = {};
+    oj_grid_dep();
+    for (int w = 0; w < MM_NW; ++w) {
+        float acc[8][2] = {}, mh[8][2] = {}, ml[8][2] = {};
+        for (int sb = w; sb < nsb; sb += MM_NW) {
+            I8Blk b[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+            __syncthreads();  // the last super-block's stage is read
+            for (int i = threadIdx.x; i < G8_ROWS * 32; i += blockDim.x) {
+                const int r = i >> 5, q = i & 31, part = q >> 4, off = (q & 15) * 16;
+                const uint4 v = r < nr ? *(const uint4*)(X + (size_t)(rbase + r) * ldx + (size_t)part * cols +
+                                                          sb * 256 + off)
+                                       : make_uint4(0u, 0u, 0u, 0u);
+                *(uint4*)(sx_b + r * G8_ROWB + part * G8_PART + off) = v;
+            }
+            for (int i = threadIdx.x; i < G8_ROWS * 8; i += blockDim.x) {
+                const int r = i >> 3, q = i & 7;
+                const uint4 v = r < nr ? *(const uint4*)(X + (size_t)(rbase + r) * ldx + xm_off + sb * 256 + q * 16)
+                                       : make_uint4(0u, 0u, 0u, 0u);
+                *(uint4*)(sm_b + r * G8_MINB + q * 16) = v;
+            }
+            if (threadIdx.x < G8_ROWS)
+                ss[threadIdx.x] =
+                    (int)threadIdx.x < nr
+                        ? ((const float*)(X + (size_t)(rbase + threadIdx.x) * ldx + 2 * (size_t)cols))[sb]
+                        : 0.0f;
+            __syncthreads();
+            u32 sc[2][2], mm[2][2];
+            i8_scales(b[0].hdr, sc[0], mm[0]);
+            i8_scales(b[1].hdr, sc[1], mm[1]);
+            int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
+            const u8* bx = sx_b + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+                const int j = s >> 1;
+                const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+                const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
+                          a3 = b[1].q[j].y & mask;
+                int scale[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
+#pragma unroll
+                for (int n = 0; n < 8; ++n) {
+                    const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
+                    int c[4];
+                    mma_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        T[n][r][0] += scale[r] * c[2 * r];
+                        T[n][r][1] += scale[r] * c[2 * r + 1];
+                    }
+                }
+            }
+            float dd[2], dm[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+                dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+            }
+            const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                const float sxv = ss[4 * n + t];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float f = (float)T[n][r][0] + (float)T[n][r][1] * (1.0f / 254.0f);
+                    acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
+                }
+#pragma unroll
+                for (int part = 0; part < 2; ++part) {
+                    const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
+                    int c[4];
+                    mma_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+                    const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        float& dst = part ? ml[n][r] : mh[n][r];
+                        dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int arow = rbase + 4 * n + t, wrow = row0 + gid + 8 * r;
+            if (arow < R && wrow < rows) Y[(size_t)arow * ldy + wrow] = total[n][r];
+        }
+}

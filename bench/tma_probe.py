@@ -122,6 +122,7 @@ INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0)],
     4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
+    512: [("gemm_i8", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -241,14 +242,16 @@ class Probe:
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
             xh, ldx = self.counters, i32(pair)
-        if kernel.startswith("rows_i8"):  # each row as int8_activations has it, one after another
+        if kernel.startswith(("rows_i8", "gemm_i8")):  # rows as int8_activations has them
             if id(x) not in self.int8_rows:
                 parts = [int8_activations(row) for row in x]
                 self.int8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
             _, xh, size = self.int8_rows[id(x)]
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
-        if kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
+        if kernel == "gemm_i8":  # 32 activation rows x 128 weight rows per CTA of 8 warps
+            self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args)
+        elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
             self.fns[kernel]((grid,), (THREADS,), args)
@@ -257,7 +260,8 @@ class Probe:
 def check(probe: Probe) -> dict[str, float]:
     """Largest |probe - engine| per variant over a few shapes (rows not a multiple of 16, K
     not a multiple of 4 super-blocks, persistent grids smaller than the tiles): 0 expected; for
-    the int8 kernels (rows_i8*), which round otherwise, relative to the largest |engine|."""
+    the int8 kernels (rows_i8*, gemm_i8), which round otherwise, relative to the largest |engine|,
+    and (the multi-row ones) against rows_i8m row by row: 0 expected."""
     import cupy as cp
 
     out: dict[str, float] = {}
@@ -277,10 +281,12 @@ def check(probe: Probe) -> dict[str, float]:
                 probe.product(kernel, per_sm, w, xh, got, R, ctas, x)
                 bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
-                if kernel.startswith("rows_i8"):  # other roundings: relative to the largest
+                if kernel.startswith(
+                    ("rows_i8", "gemm_i8")
+                ):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
-                if kernel.startswith("rows_i8m4"):  # each row rows_i8m's bits for that row alone
-                    for r in range(R):
+                if kernel.startswith(("rows_i8m4", "gemm_i8")):  # rows_i8m's bits, row by row
+                    for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
                         diff = float(cp.nan_to_num(cp.abs(got[r] - one[0]), nan=np.inf).max())
@@ -302,7 +308,7 @@ def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, 
         return run
 
     variants: list[tuple[str, Callable[[], None]]] = [("engine", engine)]
-    for k, p in probe.variants[4 if R > 1 else 1]:
+    for k, p in probe.variants[R if R in probe.variants else 4 if R > 1 else 1]:
         run = probe.walk(k, p, mats, y) if k.startswith("walk") else probed(k, p)
         variants.append((variant_name(k, p), run))
     row: dict[str, Any] = {"rows": R}
