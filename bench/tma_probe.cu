@@ -766,7 +766,7 @@ RING_KERNEL(24, 1, walk_ring24)
 // an integer design would take the arithmetic off the one-row step. Not the engine's bits (a
 // different rounding: weights exact, activations to ~2^-15 of their super-block's largest).
 // X: int8 hi [K], int8 lo [K], f32 s / 16 [K / 256] (from byte 2K), f32 sub-block sums of x
-// [K / 32] (from byte 2K + 8 * ceil(K / 512)), then the mins' B fragments (MIN 2) [K / 256][8][4]
+// [K / 32] (from byte 2K + 16 * ceil(K / 1024)), then the mins' B fragments (MIN 2) [K / 256][8][4]
 // x 8 bytes. MIN: 1 the mins' term in float (each lane two sub-blocks), 2 as an integer mma, 0
 // left out.
 struct I8Blk {
@@ -864,7 +864,7 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
     const int row0 = blockIdx.y * 16, nsb = cols >> 8;
     const signed char* xi = (const signed char*)X;
     const float* sx = (const float*)((const u8*)X + 2 * (size_t)cols);
-    const float* xs = sx + 2 * ((nsb + 1) / 2);
+    const float* xs = sx + 4 * ((nsb + 3) / 4);
     const uint2* xm = (const uint2*)(xs + (cols >> 5));  // [sb][column][t]: the mins' B fragments
     float acc[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
     auto load_to = [&](I8Blk (&b)[2], int sb) {
@@ -961,7 +961,7 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
             acc[m][r] = fmaf(d * sxv, f, acc[m][r]);
         }
     // the mins: B column gid is row gid / 2's XH (then XL) as b (gid even) or a
-    const long xm_off = 2 * (long)K + 8 * ((nsb + 1) / 2) + 4 * (K >> 5);
+    const long xm_off = 2 * (long)K + 16 * ((nsb + 3) / 4) + 4 * (K >> 5);
     const uint2* xm = (const uint2*)(X + brow * ldx + xm_off) + sb * 32 + t;
     const int sh = 8 * t;
 #pragma unroll
@@ -1058,7 +1058,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
     const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS;
     const int nr = min(G8_ROWS, R - rbase), nsb = cols >> 8;
-    const long xm_off = 2 * (long)cols + 8 * ((nsb + 1) / 2) + 4 * (cols >> 5);
+    const long xm_off = 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5);
     const int sh = 8 * t;
     float total[8][2] = {};
     oj_grid_dep();

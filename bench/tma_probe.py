@@ -151,7 +151,7 @@ def int8_activations(x: Any) -> Any:
     hi = cp.clip(cp.rint(q), -127, 127)
     lo = cp.clip(cp.rint((q - hi) * 254), -127, 127)
     nsb = k // 256
-    sx = cp.zeros(2 * -(-nsb // 2), cp.float32)  # padded: the sums start 8-byte aligned
+    sx = cp.zeros(4 * -(-nsb // 4), cp.float32)  # padded: every part starts 16-byte aligned
     sx[:nsb] = s[:, 0] / 16
     sums = x.reshape(-1, 32).sum(axis=1, dtype=cp.float32)
     # the mins' B fragments: per super-block, column, lane t: b0 = k 4t.. (sub-block t in slot 0),
