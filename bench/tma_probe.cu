@@ -544,6 +544,9 @@ STEAL_KERNEL(steal, 1)
 // counter), so the counter that every CTA waits on takes 1/WALK_GROUP of the atomics (v25b: a
 // barrier cost 2.1 us at 528 CTAs, 1.36 at 132). The grid must be resident all at once (tma_probe.py
 // sizes it per SM); a wait that runs out sets *failed and no wait spins after it.
+// Measured (bench/NOTES.md v35a): walk_free 1.04x the floor at 8 CTAs per SM, walk_split 1.34x
+// (1.24x at 4 per SM, where the walk alone streams at 1.23x), walk_tree 1.32x: the dependency
+// costs as much in one launch as across launches (flat p4 1.28x).
 OJ_DEV void walk_wait(const unsigned* done, unsigned target, int* failed) {
     if (threadIdx.x == 0) {
         unsigned seen;
@@ -637,9 +640,10 @@ WALK_KERNEL(walk_tree, 3)
 // MODE 2: as 1, with each product's counter on its own 128-byte line (the CTAs ahead count on the
 // next product's while the others poll this one's) and a pause between polls (fewer loads on the
 // line the arrivals' atomics need).
-// Measured (bench/NOTES.md v35c): the dependency costs as much with the ring (1.39-1.43x the floor
-// with 24-96 KiB per CTA ahead) as without it (walk_split 1.34x at 8 CTAs per SM); without the
-// dependency the ring streams at 1.06x.
+// Measured (bench/NOTES.md v35c-e): the dependency costs as much with the ring (1.39-1.43x the
+// floor with 24-96 KiB per CTA ahead) as without it (walk_split 1.34x at 8 CTAs per SM); without
+// the dependency the ring streams at 1.06x. Neither the counters' own lines with paused polls
+// (MODE 2: 1.39x) nor arrivals without a full fence (MODE 3: 1.33-1.36x) change that.
 OJ_DEV void walk_wait_paused(const unsigned* done, unsigned target, int* failed) {
     if (threadIdx.x == 0) {
         unsigned seen;
@@ -765,6 +769,9 @@ RING_KERNEL(24, 1, walk_ring24)
 // 1.49x, both 2.1x); this is a loop of about a third of its instructions, the question whether
 // an integer design would take the arithmetic off the one-row step. Not the engine's bits (a
 // different rounding: weights exact, activations to ~2^-15 of their super-block's largest).
+// Measured (bench/NOTES.md v35f-g, the 27B's Q4_K matrices at one row): rows_i8 1.94x the floor
+// (its mins' float term costs 0.66 ms), rows_i8m (the mins as an mma) 1.68x, as fast as no
+// dequantization at all (1.73x), against the engine's 2.03x: -17 %.
 // X: int8 hi [K], int8 lo [K], f32 s / 16 [K / 256] (from byte 2K), f32 sub-block sums of x
 // [K / 32] (from byte 2K + 16 * ceil(K / 1024)), then the mins' B fragments (MIN 2) [K / 256][8][4]
 // x 8 bytes. MIN: 1 the mins' term in float (each lane two sub-blocks), 2 as an integer mma, 0
@@ -913,6 +920,9 @@ I8_KERNEL(rows_i8m, 2)
 // that row alone, bit for bit (the same integers, the same float folds in the same order: its XH
 // and XL terms summed in their own accumulators, as rows_i8m's lanes 0 and 1): the batch
 // invariance the engine's tests demand, checked by tma_probe.py.
+// Measured (bench/NOTES.md v35h-i): the bits hold; but 4 rows take 5.40-5.47 ms against the
+// engine's 5.29-5.31 (its activation fragments now load on every lane), and two m-tiles per warp
+// (rows_i8m4x2: 168 registers, 3 CTAs per SM) 6.35 ms.
 // MT m-tiles per warp share each B fragment (rows_i8m4x2: 2, half the activation bytes per weight
 // byte; rows_i8m4: 1). b[m][h]: m-tile m's rows gid, gid + 8.
 template <int MT>
@@ -1043,6 +1053,8 @@ extern "C" __global__ void __launch_bounds__(32 * MM_NW, 3)
 // float folds, so a row's result does not depend on which kernel made it (checked). Why: v35g-h
 // showed the integer one-row product 17 % faster and bit-compatible across row counts; the
 // integer design needs a prefill kernel that keeps those bits and llama.cpp's prefill rate.
+// Measured (bench/NOTES.md v35k): the bits hold row by row; 512 rows of the 27B's Q4_K matrices
+// take 278 ms against the engine gemm's 127 (no load pipeline yet, two barriers per super-block).
 constexpr int G8_ROWS = 32;   // activation rows per CTA
 constexpr int G8_PART = 288;  // bytes per part (hi, lo) of a staged row: 256 + 32 of padding,
 constexpr int G8_ROWB = 576;  // so the 16 lanes of a half-warp's B loads fall on distinct banks
