@@ -365,15 +365,6 @@ extern "C" __global__ void __launch_bounds__(32 * PROBE_NW, 4)  // 4 CTAs per SM
     store_tile_row(red, tile, rows, Y);
 }
 
-// mma.m16n8k32 on u8 codes (A) and s8 activation planes (B), s32 sums from zero.
-OJ_DEV void mma_k32(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-}
-
 // Up to 8 rows on the integer tensor cores. Lane (gid, t): weight rows gid and gid + 8 of a
 // 16-row tile, code words 2t and 2t + 1 of each 32-byte chunk (k slots 4t.. and 16 + 4t..;
 // the activation words match), output columns (activation rows) 2t, 2t + 1.
@@ -434,8 +425,8 @@ OJ_DEV void mma8_superblock(const Mma8Blocks& B, const uint4* __restrict__ xq,
             const u32 a0 = B.q[0][j].x & mask, a2 = B.q[0][j].y & mask;
             const u32 a1 = B.q[1][j].x & mask, a3 = B.q[1][j].y & mask;
             int ch[4], cl[4];
-            mma_k32(ch, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
-            mma_k32(cl, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
+            mma_16832_u8s8(ch, a0, a1, a2, a3, p ? b0.z : b0.x, p ? b1.z : b1.x);
+            mma_16832_u8s8(cl, a0, a1, a2, a3, p ? b0.w : b0.y, p ? b1.w : b1.y);
             const int b = 2 * j + p;
             // (slo, xsum) of columns 2t and 2t + 1
             const float4 sx = __ldg((const float4*)(xst + ((size_t)sb * 8 + b) * 8 + 2 * t));

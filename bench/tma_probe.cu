@@ -547,13 +547,17 @@ STEAL_KERNEL(steal, 1)
 // Measured (bench/NOTES.md v35a): walk_free 1.04x the floor at 8 CTAs per SM, walk_split 1.34x
 // (1.24x at 4 per SM, where the walk alone streams at 1.23x), walk_tree 1.32x: the dependency
 // costs as much in one launch as across launches (flat p4 1.28x).
+// PAUSE: 100 ns between polls (the ring's MODE 2)
+template <bool PAUSE = false>
 OJ_DEV void walk_wait(const unsigned* done, unsigned target, int* failed) {
     if (threadIdx.x == 0) {
         unsigned seen;
         int spins = 0;
-        do {
+        for (;;) {
             asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
-        } while (seen < target && ++spins < (1 << 22) && !*(volatile int*)failed);
+            if (seen >= target || ++spins >= (PAUSE ? 1 << 20 : 1 << 22) || *(volatile int*)failed) break;
+            if (PAUSE) __nanosleep(100);
+        }
         if (seen < target) atomicExch(failed, 1);
     }
     __syncthreads();
@@ -644,20 +648,6 @@ WALK_KERNEL(walk_tree, 3)
 // floor with 24-96 KiB per CTA ahead) as without it (walk_split 1.34x at 8 CTAs per SM); without
 // the dependency the ring streams at 1.06x. Neither the counters' own lines with paused polls
 // (MODE 2: 1.39x) nor arrivals without a full fence (MODE 3: 1.33-1.36x) change that.
-OJ_DEV void walk_wait_paused(const unsigned* done, unsigned target, int* failed) {
-    if (threadIdx.x == 0) {
-        unsigned seen;
-        int spins = 0;
-        for (;;) {
-            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
-            if (seen >= target || ++spins >= (1 << 20) || *(volatile int*)failed) break;
-            __nanosleep(100);
-        }
-        if (seen < target) atomicExch(failed, 1);
-    }
-    __syncthreads();
-}
-
 // MODE 3: as 1, but the arrival is one release-ordered add with no __threadfence() before it (a
 // full fence may wait for the thread's own loads still in flight: the ring's rounds ahead)
 OJ_DEV void walk_arrive_release(unsigned* done) {
@@ -721,7 +711,7 @@ OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned*
         in_slot = in_slot + 1 == NS ? 0 : in_slot + 1;
         asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");  // `out`'s round is in
         if ((MODE == 1 || MODE == 3) && out.k == 0 && out.m > 0) walk_wait(done + out.m - 1, gridDim.x, failed);
-        if (MODE == 2 && out.k == 0 && out.m > 0) walk_wait_paused(done + 32 * (out.m - 1), gridDim.x, failed);
+        if (MODE == 2 && out.k == 0 && out.m > 0) walk_wait<true>(done + 32 * (out.m - 1), gridDim.x, failed);
         const long b = out.begin + out.k * rw + threadIdx.x;
 #pragma unroll
         for (int u = 0; u < LU; ++u) {
@@ -788,14 +778,6 @@ OJ_DEV void i8_load(I8Blk& b, const WDesc& W, int row, int sb, int t) {
     for (int j = 0; j < 4; ++j) b.q[j] = *(const uint2*)(blk + 16 + 32 * j + 8 * t);
 }
 
-OJ_DEV void mma_u8s8(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-}
-
 // the 6-bit scales (sc) and mins (mn) of a Q4_K header as bytes: [0] sub-blocks 0-3, [1] 4-7
 OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
     sc[0] = h.y & 0x3F3F3F3Fu;
@@ -819,7 +801,7 @@ OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ x
         const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
         const uint2 bv = gid < 2 ? *(const uint2*)(xrow + 32 * s) : make_uint2(0u, 0u);
         int c[4];
-        mma_u8s8(c, b[0].q[j].x & mask, b[1].q[j].x & mask, b[0].q[j].y & mask, b[1].q[j].y & mask,
+        mma_16832_u8s8(c, b[0].q[j].x & mask, b[1].q[j].x & mask, b[0].q[j].y & mask, b[1].q[j].y & mask,
                  bv.x, bv.y);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -852,7 +834,7 @@ OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ x
         const int sh = 8 * t;
         const uint2 bv = xm[sb * 32 + gid * 4 + t];
         int c[4];
-        mma_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+        mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
         const float part = t == 1 ? sxv * (16.0f / 254.0f) : sxv * 16.0f;  // sx holds s / 16
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -947,7 +929,7 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
             int c[4];
-            mma_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
+            mma_16832_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
                      b[m][1].q[j].y & mask, bv.x, bv.y);
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -981,7 +963,7 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
             int c[4];
-            mma_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh, bv.x,
+            mma_16832_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh, bv.x,
                      bv.y);
             float(&dst)[2] = part ? ml[m] : mh[m];
 #pragma unroll
@@ -1119,7 +1101,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                 for (int n = 0; n < 8; ++n) {
                     const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
                     int c[4];
-                    mma_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
+                    mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         T[n][r][0] += scale[r] * c[2 * r];
@@ -1146,7 +1128,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                 for (int part = 0; part < 2; ++part) {
                     const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
                     int c[4];
-                    mma_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+                    mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
                     const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
