@@ -120,11 +120,22 @@ OJ_DEV void q4k_tma_rows(const u8* __restrict__ p0, int rows, int cols, const vo
     }
 }
 
-#define TMA_KERNEL(NAME, XL, D, MINB, PERSIST)                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
+// Every probe kernel is one of two shapes: a product (kernels.matmul's arguments, grid per call)
+// or a walk over all products (a table of them, counters). BOUNDS: __launch_bounds__'s
+// parenthesized arguments; the rest: the body.
+#define PRODUCT_PROBE(BOUNDS, NAME, ...)                                                           \
+    extern "C" __global__ void __launch_bounds__ BOUNDS                                            \
         NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
-        q4k_tma_rows<XL, D, PERSIST>(p0, rows, cols, X, ldx, Y, ldy, R);                          \
+        __VA_ARGS__;                                                                               \
     }
+#define WALK_PROBE(NAME, ...)                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
+        NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
+        __VA_ARGS__;                                                                               \
+    }
+
+#define TMA_KERNEL(NAME, XL, D, MINB, PERSIST) \
+    PRODUCT_PROBE((32 * MM_NW, MINB), NAME, q4k_tma_rows<XL, D, PERSIST>(p0, rows, cols, X, ldx, Y, ldy, R))
 
 // q4k_tma<rows: 1 = one row, 4 = 2-4 rows>_<ring depth>: one CTA per tile; *p: persistent
 TMA_KERNEL(q4k_tma1_2, 0, 2, 4, false)
@@ -331,11 +342,8 @@ OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* 
     reduce_store<1, 1>(red, acc, rows, Y, ldy, row0, 0, nrows, R, MM_STORE);
 }
 
-#define ABL_KERNEL(NAME, FLAGS)                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
-        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
-        abl_rows<FLAGS>(p0, rows, cols, X, ldx, Y, ldy, R);                                       \
-    }
+#define ABL_KERNEL(NAME, FLAGS) \
+    PRODUCT_PROBE((32 * MM_NW, MM_MINB1), NAME, abl_rows<FLAGS>(p0, rows, cols, X, ldx, Y, ldy, R))
 ABL_KERNEL(rows_abl_all, 0)  // nothing taken out: should time as rows1
 ABL_KERNEL(rows_abl_nob, ABL_NO_B)
 ABL_KERNEL(rows_abl_nodeq, ABL_NO_DEQ)
@@ -413,11 +421,7 @@ OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __r
     if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
 }
 
-#define FLAT_KERNEL(NAME, DEP)                                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
-        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
-        flat_loads<DEP>(p0, rows, cols, Y, R);                                                    \
-    }
+#define FLAT_KERNEL(NAME, DEP) PRODUCT_PROBE((32 * MM_NW), NAME, flat_loads<DEP>(p0, rows, cols, Y, R))
 FLAT_KERNEL(flat_nodep, 0)
 FLAT_KERNEL(flat, 1)
 FLAT_KERNEL(flat_early, 2)
@@ -468,11 +472,7 @@ OJ_DEV void flat_staged(const u8* __restrict__ p0, int rows, int cols, float* __
     if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
 }
 
-#define STAGED_KERNEL(KB)                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
-        flat_stage##KB(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
-        flat_staged<KB>(p0, rows, cols, Y, R);                                                    \
-    }
+#define STAGED_KERNEL(KB) PRODUCT_PROBE((32 * MM_NW), flat_stage##KB, flat_staged<KB>(p0, rows, cols, Y, R))
 STAGED_KERNEL(16)
 STAGED_KERNEL(24)
 STAGED_KERNEL(32)
@@ -522,11 +522,8 @@ OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __re
 }
 
 // X carries the counters and ldx the product's pair among them
-#define STEAL_KERNEL(NAME, DEP)                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
-        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
-        steal_loads<DEP>(p0, rows, cols, (int*)X + 2 * ldx, Y, R);                                \
-    }
+#define STEAL_KERNEL(NAME, DEP) \
+    PRODUCT_PROBE((32 * MM_NW), NAME, steal_loads<DEP>(p0, rows, cols, (int*)X + 2 * ldx, Y, R))
 STEAL_KERNEL(steal_nodep, 0)
 STEAL_KERNEL(steal, 1)
 
@@ -620,11 +617,7 @@ OJ_DEV void walk_loads(const long long* __restrict__ mats, int n_mats, unsigned*
     if (x == 0x9E3779B9u && n_mats < 0) Y[0] = (float)x;  // never: keeps the loads
 }
 
-#define WALK_KERNEL(NAME, MODE)                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
-        NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
-        walk_loads<MODE>(mats, n_mats, done, failed, Y);                                          \
-    }
+#define WALK_KERNEL(NAME, MODE) WALK_PROBE(NAME, walk_loads<MODE>(mats, n_mats, done, failed, Y))
 WALK_KERNEL(walk_free, 0)
 WALK_KERNEL(walk_split, 1)
 WALK_KERNEL(walk_barrier, 2)
@@ -729,11 +722,7 @@ OJ_DEV void ring_loads(const long long* __restrict__ mats, int n_mats, unsigned*
     if (x == 0x9E3779B9u && n_mats < 0) Y[0] = (float)x;  // never: keeps the loads
 }
 
-#define RING_KERNEL(NS, MODE, NAME)                                                                \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
-        NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
-        ring_loads<NS, MODE>(mats, n_mats, done, failed, Y);                                      \
-    }
+#define RING_KERNEL(NS, MODE, NAME) WALK_PROBE(NAME, ring_loads<NS, MODE>(mats, n_mats, done, failed, Y))
 RING_KERNEL(3, 0, walk_ring3_free)
 RING_KERNEL(3, 1, walk_ring3)
 RING_KERNEL(6, 0, walk_ring6_free)
@@ -886,11 +875,7 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
     }
 }
 
-#define I8_KERNEL(NAME, MIN)                                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
-        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
-        i8_rows<MIN>(p0, rows, cols, X, Y);                                                       \
-    }
+#define I8_KERNEL(NAME, MIN) PRODUCT_PROBE((32 * MM_NW, MM_MINB1), NAME, i8_rows<MIN>(p0, rows, cols, X, Y))
 I8_KERNEL(rows_i8, 1)
 I8_KERNEL(rows_i8_nomin, 0)
 I8_KERNEL(rows_i8m, 2)
@@ -1016,15 +1001,9 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
-    rows_i8m4(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) {
-    i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R);
-}
+PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4, i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 // two m-tiles per warp (32 weight rows per CTA): each B fragment serves both
-extern "C" __global__ void __launch_bounds__(32 * MM_NW, 3)
-    rows_i8m4x2(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) {
-    i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R);
-}
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m4x2, i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 
 // ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
 // the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as
