@@ -833,6 +833,24 @@ OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ x
     }
 }
 
+// wmat_rows's two buffers taking turns over a warp's super-blocks first, first + MM_NW, ...: the
+// next super-block's blocks load (load_to(buffer, sb)) while this one's are used (use(buffer,
+// sb)); the first load is asked before the kernel's dependency wait, as the engine's.
+template <class Buf, class Load, class Use>
+OJ_DEV void i8_turns(int first, int nsb, Load load_to, Use use) {
+    Buf fa, fb;
+    if (first < nsb) load_to(fa, first);
+    oj_grid_dep();
+    for (int sb = first; sb < nsb; sb += 2 * MM_NW) {
+        const int sb2 = sb + MM_NW;
+        if (sb2 < nsb) load_to(fb, sb2);
+        use(fa, sb);
+        if (sb2 >= nsb) break;
+        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+        use(fb, sb2);
+    }
+}
+
 template <int MIN>
 OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
                     float* __restrict__ Y) {
@@ -849,17 +867,9 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
     };
-    I8Blk fa[2], fb[2];
-    if (warp < nsb) load_to(fa, warp);
-    oj_grid_dep();
-    for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns
-        const int sb2 = sb + MM_NW;
-        if (sb2 < nsb) load_to(fb, sb2);
-        i8_superblock<MIN>(fa, xi, sx, xs, xm, cols, sb, gid, t, acc, mn);
-        if (sb2 >= nsb) break;
-        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-        i8_superblock<MIN>(fb, xi, sx, xs, xm, cols, sb2, gid, t, acc, mn);
-    }
+    i8_turns<I8Blk[2]>(warp, nsb, load_to, [&](I8Blk (&b)[2], int sb) {
+        i8_superblock<MIN>(b, xi, sx, xs, xm, cols, sb, gid, t, acc, mn);
+    });
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 1);
@@ -974,17 +984,9 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
 #pragma unroll
             for (int h = 0; h < 2; ++h) i8_load(b[m][h], W, min(row0 + 16 * m + 8 * h + gid, rows - 1), sb, t);
     };
-    I8Blk fa[MT][2], fb[MT][2];
-    if (warp < nsb) load_to(fa, warp);
-    oj_grid_dep();
-    for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {
-        const int sb2 = sb + MM_NW;
-        if (sb2 < nsb) load_to(fb, sb2);
-        i8_superblock4<MT>(fa, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
-        if (sb2 >= nsb) break;
-        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
-        i8_superblock4<MT>(fb, X, ldx, R, cols, sb2, gid, t, acc, mh, ml);
-    }
+    i8_turns<I8Blk[MT][2]>(warp, nsb, load_to, [&](I8Blk (&b)[MT][2], int sb) {
+        i8_superblock4<MT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
+    });
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
