@@ -68,3 +68,12 @@ def test_a_compiled_kernel_loop_holds_its_two_mma(tmp_path: Path) -> None:
     assert loop is not None and loop.mma == 2
     assert loop.opcodes["LDG"] == 2  # the two loads of one pass
     assert 6 <= loop.total <= 40
+
+
+def test_integer_mma_counts_as_mma() -> None:
+    """The integer probes' loops (IMMA, bench/tma_probe.cu rows_i8*) are found and counted like
+    the f16 ones."""
+    lines = LISTING.replace("HMMA.16816.F32", "IMMA.16832.S8.S8").splitlines()
+    loop = sass_counts.mma_loop(lines)
+    assert loop is not None and loop.mma == 1
+    assert loop.opcodes == {"HMUL2": 1, "IMMA": 1, "BRA": 1}
