@@ -14,7 +14,9 @@ with the backend's roundings put in, one source or several:
 - `int`: the products of quantized weights on integer dot products (bench/int_dot_probe.cu):
   each 32-element block of the activations as two int8 planes, x ~= slo * (254 h + l) with
   slo = max|x| / (127 * 254), the weights exact (their codes times the planes sum exactly in
-  int32; scales apply in f32); `int8`: one plane, x ~= s * h (llama.cpp's q8_1 way).
+  int32; scales apply in f32); `int8`: one plane, x ~= s * h (llama.cpp's q8_1 way); `int256`:
+  `int`'s two planes with one scale per 256-element super-block, as the one-row integer kernels
+  of bench/tma_probe.cu (`rows_i8m`, v35g) take them.
 
 F32 weights (every weight of the f32 mix; the DeltaNet alpha and beta projections of every mix)
 keep exact products, as mm_f32_exact gives them, and the token embedding stays exact (the GPU
@@ -53,8 +55,10 @@ from engine.reference import ReferenceModel
 from tests.support import accuracy_cases as cases
 
 REPORT_AFTER = (4, 10, 20)
-SOURCES = ("kv", "f16", "gpu", "int", "int8")
-PRODUCT_SOURCES = {"f16", "gpu", "int", "int8"}  # at most one: each replaces the products
+SOURCES = ("kv", "f16", "gpu", "int", "int8", "int256")
+PRODUCT_SOURCES = {"f16", "gpu", "int", "int8", "int256"}  # at most one: each replaces the products
+# the integer sources: (int8 planes, elements per scale)
+INT_SOURCES = {"int": (2, 32), "int8": (1, 32), "int256": (2, 256)}
 
 
 def q8_0_round_trip(values: np.ndarray) -> np.ndarray:
@@ -139,9 +143,9 @@ def f16_activations() -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return linear
 
 
-def int_planes(x: np.ndarray, planes: int) -> np.ndarray:
-    """x with each 32-element block along the last axis rounded as `planes` int8 planes say."""
-    blocks = np.asarray(x, np.float64).reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+def int_planes(x: np.ndarray, planes: int, block: int = 32) -> np.ndarray:
+    """x with each `block`-element block along the last axis rounded as `planes` int8 planes say."""
+    blocks = np.asarray(x, np.float64).reshape(*x.shape[:-1], x.shape[-1] // block, block)
     s = np.abs(blocks).max(-1, keepdims=True) / 127.0
     s = np.where(s == 0, 1.0, s)
     h = np.clip(np.round(blocks / s), -127, 127)
@@ -169,12 +173,12 @@ def quantized_weights_recorded() -> Iterator[set[int]]:
         yield ids
 
 
-def int_activations(quantized: set[int], planes: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
+def int_activations(quantized: set[int], planes: int, block: int = 32) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
     """reference_ops.linear with the activations of quantized weights' products as int8 planes."""
 
     def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         if id(weight) in quantized:
-            x = int_planes(x, planes)
+            x = int_planes(x, planes, block)
         return reference_ops.linear(x, weight)
 
     return linear
@@ -215,8 +219,8 @@ def main() -> None:
     # the embedding rows are gathered in f32 on the GPU (embed_rows), not through the products
     model.weights = replace(model.weights, embed=exact_model.weights.embed)
     linear = f16_activations()
-    if sources & {"int", "int8"}:
-        linear = int_activations(quantized, 2 if "int" in sources else 1)
+    for name in sources & set(INT_SOURCES):
+        linear = int_activations(quantized, *INT_SOURCES[name])
     agree: list[np.ndarray] = []
     kl: list[np.ndarray] = []
     for i in range(args.prompts):

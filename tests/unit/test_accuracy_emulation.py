@@ -82,3 +82,16 @@ def test_int_activations_round_only_the_quantized_weights_inputs() -> None:
         linear(x, quantized), reference_ops.linear(emu.int_planes(x, 2), quantized)
     )
     assert not np.array_equal(linear(x, quantized), reference_ops.linear(x, quantized))
+
+
+def test_int_planes_in_super_blocks_scale_by_the_super_blocks_largest() -> None:
+    """`int256` (the one-row integer kernels' activations): one scale per 256 elements, so the
+    error bound follows the super-block's largest |x|, not each 32-element block's."""
+    x = np.random.default_rng(4).standard_normal((2, 512)).astype(np.float32)
+    x[0, 5] = 40.0  # one large value sets the first super-block's scale
+    top = np.abs(x).reshape(2, 2, 256).max(axis=2, keepdims=True)
+    got = emu.int_planes(x, 2, 256).reshape(2, 2, 256)
+    err = np.abs(got - x.reshape(2, 2, 256))
+    assert (err <= top / (127 * 254) * 0.51 + 1e-9).all()
+    assert err[0, 0].max() > err[0, 1].max()  # the coarser scale rounds coarser
+    assert emu.INT_SOURCES["int256"] == (2, 256)
