@@ -746,9 +746,9 @@ RING_KERNEL(24, 1, walk_ring24)
 // sums (each lane two sub-blocks, summed over the lanes at the end). Why: v31a and v35b put the
 // engine's one-row rate on its arithmetic (arithmetic alone 1.66x the floor, the loads alone
 // 1.49x, both 2.1x); this is a loop of about half its instructions (sass_counts: 188-232 per
-// super-block against 401), the question whether
-// an integer design would take the arithmetic off the one-row step. Not the engine's bits (a
-// different rounding: weights exact, activations to ~2^-15 of their super-block's largest).
+// super-block against 401), the question whether an integer design would take the arithmetic
+// off the one-row step. Not the engine's bits (a different rounding: weights exact, activations
+// to ~2^-15 of their super-block's largest).
 // Measured (bench/NOTES.md v35f-g, the 27B's Q4_K matrices at one row): rows_i8 1.94x the floor
 // (its mins' float term costs 0.66 ms), rows_i8m (the mins as an mma) 1.68x, as fast as no
 // dequantization at all (1.73x), against the engine's 2.03x: -17 %.
