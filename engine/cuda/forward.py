@@ -407,11 +407,10 @@ def _input_products(parts: list[Any], a: Any, ah: Any, out: Any) -> None:
 
 def mixer_out_packed(layer: Any) -> bool:
     """Whether the layer's mixer writes its output packed too, for its output product to read
-    (MatmulConfig.packed_mixer_out; the exact f32 product of f32 weights reads f32 rows; the
-    mixers store packed rows as wide as their output, which `packed_at` needs a multiple of
-    32)."""
-    cfg, w = build.MATMUL_CONFIG, layer.mixer_out
-    return cfg.packed_mixer_out and w.ggml_type != F32 and w.cols % 32 == 0
+    (MatmulConfig.packed_mixer_out; the exact f32 product of f32 weights reads f32 rows). The
+    mixers store packed rows as wide as their output, the output weight's row length: a
+    multiple of 256 (weights.check_shape refuses others), so of the 32 `packed_at` needs."""
+    return build.MATMUL_CONFIG.packed_mixer_out and layer.mixer_out.ggml_type != F32
 
 
 def _swiglu_in_product(layer: Any, T: int) -> bool:
