@@ -105,13 +105,14 @@ WALK = {
 }  # fmt: skip
 # --set ring (tma_probe.cu walk_ring*): the walk through a ring of NS rounds of 8 KiB per CTA in
 # shared memory, the loads running ahead across the products (walk_ringNS: the dependency kept;
-# _free: none), beside v35a's walk at 8 CTAs per SM and `flat`
+# _free: none), beside v35a's walk at 8 CTAs per SM and `flat` (v35e also had walk_ring1_release
+# at 16 CTAs per SM: 40 registers x 128 threads x 16 CTAs do not fit an SM, so its wait ran out)
 RING = {
     1: [("flat", 4), ("walk_free", 8), ("walk_split", 8), ("walk_ring24_free", 1), ("walk_ring24", 1),
         ("walk_ring12_free", 2), ("walk_ring12", 2), ("walk_ring6", 2), ("walk_ring6_free", 4),
         ("walk_ring6", 4), ("walk_ring3", 4), ("walk_ring3_free", 8), ("walk_ring3", 8),
         ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
-        ("walk_ring3_release", 8), ("walk_ring1_release", 8), ("walk_ring1_release", 16)],
+        ("walk_ring3_release", 8), ("walk_ring1_release", 8)],
 }  # fmt: skip
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
