@@ -1022,19 +1022,121 @@ constexpr int G8_ROWS = 32;   // activation rows per CTA
 constexpr int G8_PART = 288;  // bytes per part (hi, lo) of a staged row: 256 + 32 of padding,
 constexpr int G8_ROWB = 576;  // so the 16 lanes of a half-warp's B loads fall on distinct banks
 constexpr int G8_MINB = 192;  // bytes per staged row of the mins' fragments (128 + 64 padding)
+// one stage: the rows' hi | lo, their mins' fragments, their scales
+constexpr int G8_STAGE = G8_ROWS * (G8_ROWB + G8_MINB) + 4 * G8_ROWS;
+
+// One super-block of a warp's m-tile against the CTA's 32 staged activation rows (stage: as
+// G8_STAGE lays it out): the same integers and float folds as rows_i8m's.
+OJ_DEV void g8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
+                          float (&mh)[8][2], float (&ml)[8][2]) {
+    const u8* sm_b = stage + G8_ROWS * G8_ROWB;
+    const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
+    const int sh = 8 * t;
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
+    const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1;
+        const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
+                  a3 = b[1].q[j].y & mask;
+        int scale[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+            scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
+            int c[4];
+            mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                T[n][r][0] += scale[r] * c[2 * r];
+                T[n][r][1] += scale[r] * c[2 * r + 1];
+            }
+        }
+    }
+    float dd[2], dm[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+    }
+    const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const float sxv = ss[4 * n + t];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float f = (float)T[n][r][0] + (float)T[n][r][1] * (1.0f / 254.0f);
+            acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
+            int c[4];
+            mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float& dst = part ? ml[n][r] : mh[n][r];
+                dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
+            }
+        }
+    }
+}
+
+// The 16-byte pieces of super-block sb of the CTA's activation rows into a stage (piece i of
+// G8_STAGE / 16, as G8_STAGE lays it out; rows past R as zeros): `put(dst, src)` copies one
+// piece, `zero(dst)` clears one; the scales (4 bytes each) go through put4 / the same zero.
+struct G8Rows {
+    const u8* X;
+    long ldx, xm_off;
+    int cols, rbase, nr;
+    OJ_DEV const u8* row(int r) const { return X + (size_t)(rbase + r) * ldx; }
+};
+template <class Put, class Put4>
+OJ_DEV void g8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
+    for (int i = threadIdx.x; i < G8_ROWS * 32; i += blockDim.x) {
+        const int r = i >> 5, q = i & 31, part = q >> 4, off = (q & 15) * 16;
+        put(stage + r * G8_ROWB + part * G8_PART + off,
+            r < a.nr ? a.row(r) + (size_t)part * a.cols + sb * 256 + off : nullptr);
+    }
+    u8* sm_b = stage + G8_ROWS * G8_ROWB;
+    for (int i = threadIdx.x; i < G8_ROWS * 8; i += blockDim.x) {
+        const int r = i >> 3, q = i & 7;
+        put(sm_b + r * G8_MINB + q * 16, r < a.nr ? a.row(r) + a.xm_off + sb * 256 + q * 16 : nullptr);
+    }
+    float* ss = (float*)(sm_b + G8_ROWS * G8_MINB);
+    if (threadIdx.x < G8_ROWS) {
+        const int r = threadIdx.x;
+        put4(ss + r, r < a.nr ? (const float*)(a.row(r) + 2 * (size_t)a.cols) + sb : nullptr);
+    }
+}
+
+// the class totals of a warp's m-tile and the CTA's rows into Y
+OJ_DEV void g8_store(const float (&total)[8][2], int row0, int rbase, int gid, int t, int rows, int R,
+                     float* Y, int ldy) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int arow = rbase + 4 * n + t, wrow = row0 + gid + 8 * r;
+            if (arow < R && wrow < rows) Y[(size_t)arow * ldy + wrow] = total[n][r];
+        }
+}
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     gemm_i8(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
-    __shared__ __align__(16) u8 sx_b[G8_ROWS * G8_ROWB];
-    __shared__ __align__(16) u8 sm_b[G8_ROWS * G8_MINB];
-    __shared__ float ss[G8_ROWS];
-    const u8* X = (const u8*)Xv;
+    __shared__ __align__(16) u8 stage[G8_STAGE];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
-    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS;
-    const int nr = min(G8_ROWS, R - rbase), nsb = cols >> 8;
-    const long xm_off = 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5);
-    const int sh = 8 * t;
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
+    const G8Rows a = {(const u8*)Xv, ldx, 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5), cols, rbase,
+                      min(G8_ROWS, R - rbase)};
     float total[8][2] = {};
     oj_grid_dep();
     for (int w = 0; w < MM_NW; ++w) {
@@ -1044,91 +1146,101 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
             __syncthreads();  // the last super-block's stage is read
-            for (int i = threadIdx.x; i < G8_ROWS * 32; i += blockDim.x) {
-                const int r = i >> 5, q = i & 31, part = q >> 4, off = (q & 15) * 16;
-                const uint4 v = r < nr ? *(const uint4*)(X + (size_t)(rbase + r) * ldx + (size_t)part * cols +
-                                                          sb * 256 + off)
-                                       : make_uint4(0u, 0u, 0u, 0u);
-                *(uint4*)(sx_b + r * G8_ROWB + part * G8_PART + off) = v;
-            }
-            for (int i = threadIdx.x; i < G8_ROWS * 8; i += blockDim.x) {
-                const int r = i >> 3, q = i & 7;
-                const uint4 v = r < nr ? *(const uint4*)(X + (size_t)(rbase + r) * ldx + xm_off + sb * 256 + q * 16)
-                                       : make_uint4(0u, 0u, 0u, 0u);
-                *(uint4*)(sm_b + r * G8_MINB + q * 16) = v;
-            }
-            if (threadIdx.x < G8_ROWS)
-                ss[threadIdx.x] =
-                    (int)threadIdx.x < nr
-                        ? ((const float*)(X + (size_t)(rbase + threadIdx.x) * ldx + 2 * (size_t)cols))[sb]
-                        : 0.0f;
+            g8_stage(
+                a, stage, sb,
+                [](u8* dst, const u8* src) {
+                    *(uint4*)dst = src ? *(const uint4*)src : make_uint4(0u, 0u, 0u, 0u);
+                },
+                [](float* dst, const float* src) { *dst = src ? *src : 0.0f; });
             __syncthreads();
-            u32 sc[2][2], mm[2][2];
-            i8_scales(b[0].hdr, sc[0], mm[0]);
-            i8_scales(b[1].hdr, sc[1], mm[1]);
-            int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
-            const u8* bx = sx_b + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
-#pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                const int j = s >> 1;
-                const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-                const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
-                          a3 = b[1].q[j].y & mask;
-                int scale[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
-#pragma unroll
-                for (int n = 0; n < 8; ++n) {
-                    const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
-                    int c[4];
-                    mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        T[n][r][0] += scale[r] * c[2 * r];
-                        T[n][r][1] += scale[r] * c[2 * r + 1];
-                    }
-                }
-            }
-            float dd[2], dm[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
-                dm[r] = h2f((u16)(b[r].hdr.x >> 16));
-            }
-            const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
-#pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                const float sxv = ss[4 * n + t];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float f = (float)T[n][r][0] + (float)T[n][r][1] * (1.0f / 254.0f);
-                    acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
-                }
-#pragma unroll
-                for (int part = 0; part < 2; ++part) {
-                    const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
-                    int c[4];
-                    mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
-                    const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        float& dst = part ? ml[n][r] : mh[n][r];
-                        dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
-                    }
-                }
-            }
+            g8_superblock(b, stage, gid, t, acc, mh, ml);
         }
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
             for (int r = 0; r < 2; ++r) total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
     }
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int arow = rbase + 4 * n + t, wrow = row0 + gid + 8 * r;
-            if (arow < R && wrow < rows) Y[(size_t)arow * ldy + wrow] = total[n][r];
+    g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
+}
+
+// gemm_i8p: gemm_i8's work and bits with a pipeline: the (class, super-block) items in the same
+// order, the next item's activations copied (cp.async) into the other of two stages (dynamic
+// shared memory, 2 x G8_STAGE) and its weights loaded into registers while this item's are
+// multiplied, one block barrier per item. Why: v35k's first version waited on both at every
+// super-block, one CTA per SM.
+// src null: zeros (src-size 0 reads nothing; `any` is only a valid global address to name)
+OJ_DEV void g8_copy16(void* dst, const void* src, const void* any) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src ? src : any), "r"(src ? 16 : 0)
+                 : "memory");
+}
+OJ_DEV void g8_copy4(void* dst, const void* src, const void* any) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src ? src : any), "r"(src ? 4 : 0)
+                 : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8p(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    extern __shared__ __align__(16) u8 stages[];  // 2 x G8_STAGE
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
+    const G8Rows a = {(const u8*)Xv, ldx, 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5), cols, rbase,
+                      min(G8_ROWS, R - rbase)};
+    // item i: class w, its k-th super-block; items run class by class as gemm_i8's loops
+    auto item_sb = [&](int i, int& w) {
+        for (w = 0; w < MM_NW; ++w) {
+            const int n = (nsb - w + MM_NW - 1) / MM_NW;  // super-blocks of class w
+            if (i < n) return w + i * MM_NW;
+            i -= n;
         }
+        return -1;
+    };
+    const int items = nsb;  // every super-block once
+    auto stage_of = [&](int i) { return stages + (i & 1) * G8_STAGE; };
+    auto ask = [&](int i) {  // item i's activations into its stage, as one commit group
+        int w;
+        const int sb = i < items ? item_sb(i, w) : -1;
+        if (sb >= 0)
+            g8_stage(
+                a, stage_of(i), sb, [&](u8* d, const u8* src) { g8_copy16(d, src, a.X); },
+                [&](float* d, const float* src) { g8_copy4(d, src, a.X); });
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    float total[8][2] = {}, acc[8][2] = {}, mh[8][2] = {}, ml[8][2] = {};
+    I8Blk b[2], nb[2];
+    int w0;
+    if (items > 0) {
+        const int sb = item_sb(0, w0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    }
+    oj_grid_dep();
+    ask(0);
+    for (int i = 0; i < items; ++i) {
+        int w, wn = -1;
+        item_sb(i, w);
+        const int sbn = i + 1 < items ? item_sb(i + 1, wn) : -1;
+        if (sbn >= 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) i8_load(nb[h], W, min(row0 + 8 * h + gid, rows - 1), sbn, t);
+        }
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();  // item i's stage is in for every thread; item i - 1's is read by all
+        ask(i + 1);       // into item i - 1's stage
+        g8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
+        if (wn != w) {  // the class ends: add it, start the next from zero
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
+                    acc[n][r] = mh[n][r] = ml[n][r] = 0.0f;
+                }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) b[h] = nb[h];
+    }
+    g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
 }

@@ -113,6 +113,8 @@ RING = {
         ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
         ("walk_ring3_release", 8), ("walk_ring1_release", 8), ("walk_ring1_release", 16)],
 }  # fmt: skip
+# bytes of one activation stage of gemm_i8p (tma_probe.cu G8_STAGE: 32 rows x (576 + 192) + 128)
+GEMM_I8_STAGE = 32 * (576 + 192) + 4 * 32
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
 # --set int8 (tma_probe.cu rows_i8*): the one-row Q4_K product on integer mma with the activation
@@ -122,7 +124,7 @@ INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0)],
     4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
-    512: [("gemm_i8", 0)],
+    512: [("gemm_i8", 0), ("gemm_i8p", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -249,8 +251,11 @@ class Probe:
             _, xh, size = self.int8_rows[id(x)]
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
-        if kernel == "gemm_i8":  # 32 activation rows x 128 weight rows per CTA of 8 warps
-            self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args)
+        if kernel.startswith("gemm_i8"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
+            smem = 2 * GEMM_I8_STAGE if kernel == "gemm_i8p" else 0  # two stages, dynamic
+            if smem:
+                self.fns[kernel].fn.max_dynamic_shared_size_bytes = smem
+            self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
         elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
         else:
