@@ -851,7 +851,30 @@ OJ_DEV void i8_turns(int first, int nsb, Load load_to, Use use) {
     }
 }
 
-template <int MIN>
+// The engine's deep turns (wmat_rows DEPTH 2): three buffers, two super-blocks in flight while the
+// third is used; the same super-blocks in the same order.
+template <class Buf, class Load, class Use>
+OJ_DEV void i8_turns3(int first, int nsb, Load load_to, Use use) {
+    Buf fa, fb, fc;
+    if (first < nsb) load_to(fa, first);
+    if (first + MM_NW < nsb) load_to(fb, first + MM_NW);
+    oj_grid_dep();
+    for (int sb = first; sb < nsb; sb += 3 * MM_NW) {
+        const int sb1 = sb + MM_NW, sb2 = sb + 2 * MM_NW;
+        if (sb2 < nsb) load_to(fc, sb2);
+        use(fa, sb);
+        if (sb1 >= nsb) break;
+        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+        use(fb, sb1);
+        if (sb2 >= nsb) break;
+        if (sb2 + 2 * MM_NW < nsb) load_to(fb, sb2 + 2 * MM_NW);
+        use(fc, sb2);
+    }
+}
+
+// DEPTH 1: two buffers taking turns (rows_i8*); 2: three (rows_i8m_d, 3 CTAs per SM as the
+// engine's deep kernels)
+template <int MIN, int DEPTH = 1>
 OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
                     float* __restrict__ Y) {
     __shared__ float red[MM_NW][16];
@@ -867,9 +890,11 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
     };
-    i8_turns<I8Blk[2]>(warp, nsb, load_to, [&](I8Blk (&b)[2], int sb) {
-        i8_superblock<MIN>(b, xi, sx, xs, xm, cols, sb, gid, t, acc, mn);
-    });
+    auto use = [&](I8Blk (&b)[2], int sb) { i8_superblock<MIN>(b, xi, sx, xs, xm, cols, sb, gid, t, acc, mn); };
+    if constexpr (DEPTH == 2)
+        i8_turns3<I8Blk[2]>(warp, nsb, load_to, use);
+    else
+        i8_turns<I8Blk[2]>(warp, nsb, load_to, use);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 1);
@@ -889,6 +914,7 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
 I8_KERNEL(rows_i8, 1)
 I8_KERNEL(rows_i8_nomin, 0)
 I8_KERNEL(rows_i8m, 2)
+PRODUCT_PROBE((32 * MM_NW, MM_MINB1D), rows_i8m_d, i8_rows<2, 2>(p0, rows, cols, X, Y))
 
 // rows_i8m4: rows_i8m's product for R <= 4 activation rows in one launch: B columns 2r and 2r + 1
 // are row r's hi and lo, so lane t holds row t's sums (every column useful), and the mins' term

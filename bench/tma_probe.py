@@ -113,6 +113,11 @@ RING = {
         ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
         ("walk_ring3_release", 8), ("walk_ring1_release", 8), ("walk_ring1_release", 16)],
 }  # fmt: skip
+# variants that choose a kernel per product by its tiles and the SMs, as the engine's
+# MatmulConfig.row_tile does: rows_i8m_auto takes the deep kernel where its grid fits one wave
+CHOSEN: dict[str, Callable[[int, int], str]] = {
+    "rows_i8m_auto": lambda tiles, sms: "rows_i8m_d" if tiles <= 3 * sms else "rows_i8m",
+}
 # bytes of one activation stage of gemm_i8p (tma_probe.cu G8_STAGE: 32 rows x (576 + 192) + 128)
 GEMM_I8_STAGE = 32 * (576 + 192) + 4 * 32
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
@@ -122,7 +127,7 @@ RING_ROUND = 8 * 1024
 # loads alone)
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
-        ("rows_i8_nomin", 0), ("rows_i8m", 0)],
+        ("rows_i8_nomin", 0), ("rows_i8m", 0), ("rows_i8m_d", 0), ("rows_i8m_auto", 0)],
     4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
     512: [("gemm_i8", 0), ("gemm_i8p", 0)],
 }  # fmt: skip
@@ -187,7 +192,7 @@ class Probe:
         self.variants = variants
         text = build.inline_includes(PROBE.read_text())
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
-        names = {k for vs in variants.values() for k, _ in vs}
+        names = {k for vs in variants.values() for k, _ in vs} - set(CHOSEN)
         self.fns = {name: launch.kernel(mod, name) for name in names}
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
@@ -233,6 +238,8 @@ class Probe:
         them, made once per x)."""
         import cupy as cp
 
+        if kernel in CHOSEN:
+            kernel = CHOSEN[kernel](-(-w.rows // 16), self.sms)
         tiles = -(-w.rows // (32 if kernel.endswith("x2") else 16))  # x2: two m-tiles per warp
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
@@ -290,7 +297,7 @@ def check(probe: Probe) -> dict[str, float]:
                     ("rows_i8", "gemm_i8")
                 ):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
-                if kernel.startswith(("rows_i8m4", "gemm_i8")):  # rows_i8m's bits, row by row
+                if kernel.startswith(("rows_i8m4", "rows_i8m_d", "gemm_i8")):  # rows_i8m's bits
                     for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
