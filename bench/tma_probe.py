@@ -194,6 +194,8 @@ class Probe:
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
         names = {k for vs in variants.values() for k, _ in vs} - set(CHOSEN)
         self.fns = {name: launch.kernel(mod, name) for name in names}
+        if "gemm_i8p" in self.fns:  # its two activation stages: dynamic shared memory over 48 KiB
+            self.fns["gemm_i8p"].fn.max_dynamic_shared_size_bytes = 2 * GEMM_I8_STAGE
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
@@ -259,9 +261,7 @@ class Probe:
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("gemm_i8"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
-            smem = 2 * GEMM_I8_STAGE if kernel == "gemm_i8p" else 0  # two stages, dynamic
-            if smem:
-                self.fns[kernel].fn.max_dynamic_shared_size_bytes = smem
+            smem = 2 * GEMM_I8_STAGE if kernel == "gemm_i8p" else 0  # two stages (__init__)
             self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
         elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
