@@ -1206,8 +1206,85 @@ OJ_DEV void g8_copy4(void* dst, const void* src, const void* any) {
                  : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-    gemm_i8p(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+// gemm_i8s: gemm_i8p with the sub-block scales on the A side, so the mma's own accumulators sum
+// the whole super-block: scale = 8 sh + sl (sl, sh < 8), A_l = q sl and A_h = q sh (q < 16 true
+// codes: a packed word times a scalar, no byte carries), T = 16 (C_l + 8 C_h), the same exact
+// integers as g8_superblock's and so the same bits. Why: g8_superblock scales every sub-block's
+// mma result per output element (four IMADs per mma: ~3x the f16 gemm's instructions per
+// multiply-add, v35k); this is two mma per sub-block and n-tile and eight IMULs per sub-block
+// shared by the warp's eight n-tiles.
+OJ_DEV void mma_16832_u8s8_acc(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
+                                float (&mh)[8][2], float (&ml)[8][2]) {
+    const u8* sm_b = stage + G8_ROWS * G8_ROWB;
+    const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
+    const int sh = 8 * t;
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int cl[8][4] = {}, ch[8][4] = {};  // [n-tile][mma fragment]: the q sl and q sh sums
+    const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1;
+        const int down = (s & 1) ? 4 : 0;  // the true codes, < 16
+        const u32 q0 = (b[0].q[j].x >> down) & 0x0F0F0F0Fu, q1 = (b[1].q[j].x >> down) & 0x0F0F0F0Fu,
+                  q2 = (b[0].q[j].y >> down) & 0x0F0F0F0Fu, q3 = (b[1].q[j].y >> down) & 0x0F0F0F0Fu;
+        u32 lo[2], hi[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u32 scale = __byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3));
+            lo[r] = scale & 7u;
+            hi[r] = scale >> 3;
+        }
+        const u32 l0 = q0 * lo[0], l1 = q1 * lo[1], l2 = q2 * lo[0], l3 = q3 * lo[1];
+        const u32 h0 = q0 * hi[0], h1 = q1 * hi[1], h2 = q2 * hi[0], h3 = q3 * hi[1];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
+            mma_16832_u8s8_acc(cl[n], l0, l1, l2, l3, bv.x, bv.y);
+            mma_16832_u8s8_acc(ch[n], h0, h1, h2, h3, bv.x, bv.y);
+        }
+    }
+    float dd[2], dm[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+    }
+    const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const float sxv = ss[4 * n + t];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int th = 16 * (cl[n][2 * r] + 8 * ch[n][2 * r]);
+            const int tl = 16 * (cl[n][2 * r + 1] + 8 * ch[n][2 * r + 1]);
+            const float f = (float)th + (float)tl * (1.0f / 254.0f);
+            acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
+            int c[4];
+            mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float& dst = part ? ml[n][r] : mh[n][r];
+                dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
+            }
+        }
+    }
+}
+
+template <bool SPLIT>
+OJ_DEV void g8_pipelined(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
     extern __shared__ __align__(16) u8 stages[];  // 2 x G8_STAGE
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
@@ -1255,7 +1332,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads();  // item i's stage is in for every thread; item i - 1's is read by all
         ask(i + 1);       // into item i - 1's stage
-        g8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
+        if constexpr (SPLIT)
+            g8_superblock_split(b, stage_of(i), gid, t, acc, mh, ml);
+        else
+            g8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
         if (wn != w) {  // the class ends: add it, start the next from zero
 #pragma unroll
             for (int n = 0; n < 8; ++n)
@@ -1269,4 +1349,13 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         for (int h = 0; h < 2; ++h) b[h] = nb[h];
     }
     g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8p(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<false>(p0, rows, cols, Xv, ldx, Y, ldy, R);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8s(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<true>(p0, rows, cols, Xv, ldx, Y, ldy, R);
 }

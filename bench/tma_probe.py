@@ -120,6 +120,8 @@ CHOSEN: dict[str, Callable[[int, int], str]] = {
 }
 # bytes of one activation stage of gemm_i8p (tma_probe.cu G8_STAGE: 32 rows x (576 + 192) + 128)
 GEMM_I8_STAGE = 32 * (576 + 192) + 4 * 32
+# the gemm kernels with two such stages in dynamic shared memory
+PIPELINED = {"gemm_i8p", "gemm_i8s"}
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
 # --set int8 (tma_probe.cu rows_i8*): the one-row Q4_K product on integer mma with the activation
@@ -129,7 +131,7 @@ INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0), ("rows_i8m_d", 0), ("rows_i8m_auto", 0)],
     4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
-    512: [("gemm_i8", 0), ("gemm_i8p", 0)],
+    512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -194,8 +196,8 @@ class Probe:
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
         names = {k for vs in variants.values() for k, _ in vs} - set(CHOSEN)
         self.fns = {name: launch.kernel(mod, name) for name in names}
-        if "gemm_i8p" in self.fns:  # its two activation stages: dynamic shared memory over 48 KiB
-            self.fns["gemm_i8p"].fn.max_dynamic_shared_size_bytes = 2 * GEMM_I8_STAGE
+        for name in PIPELINED & set(self.fns):  # two activation stages: dynamic smem over 48 KiB
+            self.fns[name].fn.max_dynamic_shared_size_bytes = 2 * GEMM_I8_STAGE
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
@@ -261,7 +263,7 @@ class Probe:
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("gemm_i8"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
-            smem = 2 * GEMM_I8_STAGE if kernel == "gemm_i8p" else 0  # two stages (__init__)
+            smem = 2 * GEMM_I8_STAGE if kernel in PIPELINED else 0  # two stages (__init__)
             self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
         elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
