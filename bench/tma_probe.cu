@@ -928,82 +928,96 @@ PRODUCT_PROBE((32 * MM_NW, MM_MINB1D), rows_i8m_d, i8_rows<2, 2>(p0, rows, cols,
 // (rows_i8m4x2: 168 registers, 3 CTAs per SM) 6.35 ms.
 // MT m-tiles per warp share each B fragment (rows_i8m4x2: 2, half the activation bytes per weight
 // byte; rows_i8m4: 1). b[m][h]: m-tile m's rows gid, gid + 8.
-template <int MT>
+template <int MT, int NT>
 OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, long ldx, int R, int K,
-                           int sb, int gid, int t, float (&acc)[MT][2], float (&mh)[MT][2],
-                           float (&ml)[MT][2]) {
+                           int sb, int gid, int t, float (&acc)[MT][NT][2], float (&mh)[MT][NT][2],
+                           float (&ml)[MT][NT][2]) {
     const int nsb = K >> 8;
     u32 sc[MT][2][2], mm[MT][2][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_scales(b[m][h].hdr, sc[m][h], mm[m][h]);
-    int e[MT][2][2] = {}, o[MT][2][2] = {};
-    const int brow = gid >> 1;  // this lane's B column: row gid / 2, part gid & 1
-    const bool bval = brow < R;
-    const signed char* xrow = (const signed char*)(X + brow * ldx) + (gid & 1) * K + sb * 256 + 8 * t;
+    int e[MT][NT][2][2] = {}, o[MT][NT][2][2] = {};
+    // this lane's B column in n-tile n: row 4n + gid / 2, part gid & 1
+    bool bval[NT];
+    const signed char* xrow[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int brow = 4 * n + (gid >> 1);
+        bval[n] = brow < R;
+        xrow[n] = (const signed char*)(X + brow * ldx) + (gid & 1) * K + sb * 256 + 8 * t;  // read if bval
+    }
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
         const int j = s >> 1;
         const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-        const uint2 bv = bval ? *(const uint2*)(xrow + 32 * s) : make_uint2(0u, 0u);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            int c[4];
-            mma_16832_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
-                     b[m][1].q[j].y & mask, bv.x, bv.y);
+        for (int n = 0; n < NT; ++n) {
+            const uint2 bv = bval[n] ? *(const uint2*)(xrow[n] + 32 * s) : make_uint2(0u, 0u);
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int scale = (int)__byte_perm(sc[m][r][s >> 2], 0u, 0x4440u + (s & 3));
-                int(&dst)[2] = (s & 1) ? o[m][r] : e[m][r];
-                dst[0] += scale * c[2 * r];
-                dst[1] += scale * c[2 * r + 1];
+            for (int m = 0; m < MT; ++m) {
+                int c[4];
+                mma_16832_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
+                               b[m][1].q[j].y & mask, bv.x, bv.y);
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int scale = (int)__byte_perm(sc[m][r][s >> 2], 0u, 0x4440u + (s & 3));
+                    int(&dst)[2] = (s & 1) ? o[m][n][r] : e[m][n][r];
+                    dst[0] += scale * c[2 * r];
+                    dst[1] += scale * c[2 * r + 1];
+                }
             }
         }
     }
-    // this lane's activation row t: its scale, and its rows_i8m fold
-    const float* sx_t = (const float*)(X + min(t, R - 1) * ldx + 2 * (size_t)K);
-    const float sxv = sx_t[sb];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float d = h2f((u16)(b[m][r].hdr.x & 0xFFFFu));
-            const float f =
-                (float)(16 * e[m][r][0] + o[m][r][0]) + (float)(16 * e[m][r][1] + o[m][r][1]) * (1.0f / 254.0f);
-            acc[m][r] = fmaf(d * sxv, f, acc[m][r]);
-        }
-    // the mins: B column gid is row gid / 2's XH (then XL) as b (gid even) or a
     const long xm_off = 2 * (long)K + 16 * ((nsb + 3) / 4) + 4 * (K >> 5);
-    const uint2* xm = (const uint2*)(X + brow * ldx + xm_off) + sb * 32 + t;
     const int sh = 8 * t;
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {
-        const uint2 bv = bval ? xm[(2 * part + (gid & 1)) * 4] : make_uint2(0u, 0u);
-        const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+    for (int n = 0; n < NT; ++n) {
+        // this lane's activation row 4n + t: its scale, and its rows_i8m fold
+        const float* sx_t = (const float*)(X + min(4 * n + t, R - 1) * ldx + 2 * (size_t)K);
+        const float sxv = sx_t[sb];
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            int c[4];
-            mma_16832_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh, bv.x,
-                     bv.y);
-            float(&dst)[2] = part ? ml[m] : mh[m];
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const float dmin = h2f((u16)(b[m][r].hdr.x >> 16));
-                dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+                const float d = h2f((u16)(b[m][r].hdr.x & 0xFFFFu));
+                const float f = (float)(16 * e[m][n][r][0] + o[m][n][r][0]) +
+                                (float)(16 * e[m][n][r][1] + o[m][n][r][1]) * (1.0f / 254.0f);
+                acc[m][n][r] = fmaf(d * sxv, f, acc[m][n][r]);
+            }
+        // the mins: B column gid is row 4n + gid / 2's XH (then XL) as b (gid even) or a
+        const int brow = 4 * n + (gid >> 1);
+        const uint2* xm = (const uint2*)(X + brow * ldx + xm_off) + sb * 32 + t;  // read if bval[n]
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const uint2 bv = bval[n] ? xm[(2 * part + (gid & 1)) * 4] : make_uint2(0u, 0u);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                int c[4];
+                mma_16832_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh,
+                               bv.x, bv.y);
+                float(&dst)[2] = part ? ml[m][n] : mh[m][n];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float dmin = h2f((u16)(b[m][r].hdr.x >> 16));
+                    dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+                }
             }
         }
     }
 }
 
-template <int MT>
+// R <= 4 NT activation rows: NT n-tiles of 4 rows each (rows_i8m8: 2, rows_i8m12: 3)
+template <int MT, int NT = 1>
 OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __restrict__ X, long ldx,
                      float* __restrict__ Y, int ldy, int R) {
-    __shared__ float red[MM_NW][4][16 * MT];
+    __shared__ float red[MM_NW][4 * NT][16 * MT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
     const int row0 = blockIdx.y * 16 * MT, nsb = cols >> 8;
-    float acc[MT][2] = {}, mh[MT][2] = {}, ml[MT][2] = {};
+    float acc[MT][NT][2] = {}, mh[MT][NT][2] = {}, ml[MT][NT][2] = {};
     auto load_to = [&](I8Blk (&b)[MT][2], int sb) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -1011,14 +1025,17 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
             for (int h = 0; h < 2; ++h) i8_load(b[m][h], W, min(row0 + 16 * m + 8 * h + gid, rows - 1), sb, t);
     };
     i8_turns<I8Blk[MT][2]>(warp, nsb, load_to, [&](I8Blk (&b)[MT][2], int sb) {
-        i8_superblock4<MT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
+        i8_superblock4<MT, NT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
     });
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) red[warp][t][16 * m + gid + 8 * r] = acc[m][r] - (mh[m][r] + ml[m][r]);
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                red[warp][4 * n + t][16 * m + gid + 8 * r] = acc[m][n][r] - (mh[m][n][r] + ml[m][n][r]);
     __syncthreads();
-    for (int idx = threadIdx.x; idx < 4 * 16 * MT; idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < 4 * NT * 16 * MT; idx += blockDim.x) {
         const int i = idx % (16 * MT), rr = idx / (16 * MT);
         if (rr < R && row0 + i < rows) {
             float v = 0.0f;
@@ -1032,6 +1049,9 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4, i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 // two m-tiles per warp (32 weight rows per CTA): each B fragment serves both
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m4x2, i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+// 8 and 12 rows: two and three n-tiles per warp, each B fragment loaded once per sub-block
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8, i8_rows4<1, 2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12, i8_rows4<1, 3>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 
 // ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
 // the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as

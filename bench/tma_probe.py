@@ -131,6 +131,8 @@ INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0), ("rows_i8m_d", 0), ("rows_i8m_auto", 0)],
     4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
+    8: [("rows_i8m8", 0)],
+    12: [("rows_i8m12", 0)],
     512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
 }  # fmt: skip
 SETS = {
@@ -299,7 +301,9 @@ def check(probe: Probe) -> dict[str, float]:
                     ("rows_i8", "gemm_i8")
                 ):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
-                if kernel.startswith(("rows_i8m4", "rows_i8m_d", "gemm_i8")):  # rows_i8m's bits
+                if kernel.startswith(
+                    ("rows_i8m4", "rows_i8m8", "rows_i8m12", "rows_i8m_d", "gemm_i8")
+                ):  # rows_i8m's bits
                     for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
