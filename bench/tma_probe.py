@@ -201,6 +201,12 @@ class Probe:
         for name in PIPELINED & set(self.fns):  # two activation stages: dynamic smem over 48 KiB
             self.fns[name].fn.max_dynamic_shared_size_bytes = 2 * GEMM_I8_STAGE
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        # ROWS_SMEM, less what a kernel's static shared memory takes over the 48 KiB a launch
+        # may ask without opting in
+        self.rows_smem = {
+            name: min(ROWS_SMEM, 48 * 1024 - int(fn.fn.attributes["shared_size_bytes"]))
+            for name, fn in self.fns.items()
+        }
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
@@ -268,7 +274,7 @@ class Probe:
             smem = 2 * GEMM_I8_STAGE if kernel in PIPELINED else 0  # two stages (__init__)
             self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
         elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
-            self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
+            self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=self.rows_smem[kernel])
         else:
             self.fns[kernel]((grid,), (THREADS,), args)
 
