@@ -775,6 +775,31 @@ OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
     mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
 }
 
+OJ_DEV void mma_16832_u8s8_acc(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Sub-block s's A fragments with its scales on the A side (gemm_i8s, rows_i8m*s): scale = 8 sh + sl
+// (sl, sh < 8), l = q sl and h = q sh for the true codes q < 16 (a packed word times a scalar: no
+// byte carries), so sum(scale q x) = C_l + 8 C_h, summed over the super-block by the mma itself.
+// sc0 / sc1: the scale words of the rows gid / gid + 8 (i8_scales).
+OJ_DEV void i8_split_a(const I8Blk& b0, const I8Blk& b1, const u32 (&sc0)[2], const u32 (&sc1)[2], int s,
+                       u32 (&l)[4], u32 (&h)[4]) {
+    const int j = s >> 1, down = (s & 1) ? 4 : 0;  // odd sub-blocks: the high nibbles
+    const u32 q[4] = {(b0.q[j].x >> down) & 0x0F0F0F0Fu, (b1.q[j].x >> down) & 0x0F0F0F0Fu,
+                      (b0.q[j].y >> down) & 0x0F0F0F0Fu, (b1.q[j].y >> down) & 0x0F0F0F0Fu};
+    const u32 s0 = __byte_perm(sc0[s >> 2], 0u, 0x4440u + (s & 3)), s1 = __byte_perm(sc1[s >> 2], 0u, 0x4440u + (s & 3));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 sv = (i & 1) ? s1 : s0;  // fragments 0, 2: row gid; 1, 3: row gid + 8
+        l[i] = q[i] * (sv & 7u);
+        h[i] = q[i] * (sv >> 3);
+    }
+}
+
 template <int MIN>
 OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ xi, const float* __restrict__ sx,
                           const float* __restrict__ xs, const uint2* __restrict__ xm, int K, int sb, int gid,
@@ -928,7 +953,7 @@ PRODUCT_PROBE((32 * MM_NW, MM_MINB1D), rows_i8m_d, i8_rows<2, 2>(p0, rows, cols,
 // (rows_i8m4x2: 168 registers, 3 CTAs per SM) 6.35 ms.
 // MT m-tiles per warp share each B fragment (rows_i8m4x2: 2, half the activation bytes per weight
 // byte; rows_i8m4: 1). b[m][h]: m-tile m's rows gid, gid + 8.
-template <int MT, int NT>
+template <int MT, int NT, bool SPLIT>
 OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, long ldx, int R, int K,
                            int sb, int gid, int t, float (&acc)[MT][NT][2], float (&mh)[MT][NT][2],
                            float (&ml)[MT][NT][2]) {
@@ -939,6 +964,7 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_scales(b[m][h].hdr, sc[m][h], mm[m][h]);
     int e[MT][NT][2][2] = {}, o[MT][NT][2][2] = {};
+    int cl[SPLIT ? MT : 1][SPLIT ? NT : 1][4] = {}, ch[SPLIT ? MT : 1][SPLIT ? NT : 1][4] = {};  // SPLIT: C_l, C_h
     // this lane's B column in n-tile n: row 4n + gid / 2, part gid & 1
     bool bval[NT];
     const signed char* xrow[NT];
@@ -950,6 +976,21 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
     }
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
+        if constexpr (SPLIT) {
+            u32 l[MT][4], h[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; ++m) i8_split_a(b[m][0], b[m][1], sc[m][0], sc[m][1], s, l[m], h[m]);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const uint2 bv = bval[n] ? *(const uint2*)(xrow[n] + 32 * s) : make_uint2(0u, 0u);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    mma_16832_u8s8_acc(cl[m][n], l[m][0], l[m][1], l[m][2], l[m][3], bv.x, bv.y);
+                    mma_16832_u8s8_acc(ch[m][n], h[m][0], h[m][1], h[m][2], h[m][3], bv.x, bv.y);
+                }
+            }
+            continue;
+        }
         const int j = s >> 1;
         const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
 #pragma unroll
@@ -982,8 +1023,11 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const float d = h2f((u16)(b[m][r].hdr.x & 0xFFFFu));
-                const float f = (float)(16 * e[m][n][r][0] + o[m][n][r][0]) +
-                                (float)(16 * e[m][n][r][1] + o[m][n][r][1]) * (1.0f / 254.0f);
+                // 16 x the exact sums either way (high nibbles as 16q; SPLIT: 16 (C_l + 8 C_h))
+                const int th = SPLIT ? 16 * (cl[m][n][2 * r] + 8 * ch[m][n][2 * r]) : 16 * e[m][n][r][0] + o[m][n][r][0];
+                const int tl = SPLIT ? 16 * (cl[m][n][2 * r + 1] + 8 * ch[m][n][2 * r + 1])
+                                     : 16 * e[m][n][r][1] + o[m][n][r][1];
+                const float f = (float)th + (float)tl * (1.0f / 254.0f);
                 acc[m][n][r] = fmaf(d * sxv, f, acc[m][n][r]);
             }
         // the mins: B column gid is row 4n + gid / 2's XH (then XL) as b (gid even) or a
@@ -1010,7 +1054,7 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
 }
 
 // R <= 4 NT activation rows: NT n-tiles of 4 rows each (rows_i8m8: 2, rows_i8m12: 3)
-template <int MT, int NT = 1>
+template <int MT, int NT = 1, bool SPLIT = false>
 OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __restrict__ X, long ldx,
                      float* __restrict__ Y, int ldy, int R) {
     __shared__ float red[MM_NW][4 * NT][16 * MT];
@@ -1025,7 +1069,7 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
             for (int h = 0; h < 2; ++h) i8_load(b[m][h], W, min(row0 + 16 * m + 8 * h + gid, rows - 1), sb, t);
     };
     i8_turns<I8Blk[MT][2]>(warp, nsb, load_to, [&](I8Blk (&b)[MT][2], int sb) {
-        i8_superblock4<MT, NT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
+        i8_superblock4<MT, NT, SPLIT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
     });
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -1052,6 +1096,10 @@ PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m4x2, i8_rows4<2>(p0, rows, cols, (const u
 // 8 and 12 rows: two and three n-tiles per warp, each B fragment loaded once per sub-block
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8, i8_rows4<1, 2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12, i8_rows4<1, 3>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+// the same with the scales on the A side (i8_split_a): twice the mma, no per-element scaling
+PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4s, i8_rows4<1, 1, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8s, i8_rows4<1, 2, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12s, i8_rows4<1, 3, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 
 // ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
 // the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as
@@ -1233,12 +1281,6 @@ OJ_DEV void g8_copy4(void* dst, const void* src, const void* any) {
 // mma result per output element (four IMADs per mma: ~3x the f16 gemm's instructions per
 // multiply-add, v35k); this is two mma per sub-block and n-tile and eight IMULs per sub-block
 // shared by the warp's eight n-tiles.
-OJ_DEV void mma_16832_u8s8_acc(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
                                 float (&mh)[8][2], float (&ml)[8][2]) {
     const u8* sm_b = stage + G8_ROWS * G8_ROWB;
@@ -1251,24 +1293,13 @@ OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, i
     const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
-        const int j = s >> 1;
-        const int down = (s & 1) ? 4 : 0;  // the true codes, < 16
-        const u32 q0 = (b[0].q[j].x >> down) & 0x0F0F0F0Fu, q1 = (b[1].q[j].x >> down) & 0x0F0F0F0Fu,
-                  q2 = (b[0].q[j].y >> down) & 0x0F0F0F0Fu, q3 = (b[1].q[j].y >> down) & 0x0F0F0F0Fu;
-        u32 lo[2], hi[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const u32 scale = __byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3));
-            lo[r] = scale & 7u;
-            hi[r] = scale >> 3;
-        }
-        const u32 l0 = q0 * lo[0], l1 = q1 * lo[1], l2 = q2 * lo[0], l3 = q3 * lo[1];
-        const u32 h0 = q0 * hi[0], h1 = q1 * hi[1], h2 = q2 * hi[0], h3 = q3 * hi[1];
+        u32 l[4], h[4];
+        i8_split_a(b[0], b[1], sc[0], sc[1], s, l, h);
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
             const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
-            mma_16832_u8s8_acc(cl[n], l0, l1, l2, l3, bv.x, bv.y);
-            mma_16832_u8s8_acc(ch[n], h0, h1, h2, h3, bv.x, bv.y);
+            mma_16832_u8s8_acc(cl[n], l[0], l[1], l[2], l[3], bv.x, bv.y);
+            mma_16832_u8s8_acc(ch[n], h[0], h[1], h[2], h[3], bv.x, bv.y);
         }
     }
     float dd[2], dm[2];

@@ -130,9 +130,9 @@ RING_ROUND = 8 * 1024
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0), ("rows_i8m_d", 0), ("rows_i8m_auto", 0)],
-    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
-    8: [("rows_i8m8", 0)],
-    12: [("rows_i8m12", 0)],
+    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0), ("rows_i8m4s", 0)],
+    8: [("rows_i8m8", 0), ("rows_i8m8s", 0)],
+    12: [("rows_i8m12", 0), ("rows_i8m12s", 0)],
     512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
 }  # fmt: skip
 SETS = {
