@@ -159,6 +159,17 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     """Graph-replay milliseconds of one step: slot i has per_slot[i] rows at positions context..,
     the last min(n_sample, rows) of them through the LM head and the draw (decode: all of them;
     prefill: the last; or one decoding slot beside a prefill chunk)."""
+    lay = step_layout(backend, per_slot, context, n_sample)
+
+    def launch() -> None:
+        backend.fwd.step_launches(lay)
+
+    return time_graph(launch) * 1e3
+
+
+def step_layout(backend: Any, per_slot: list[int], context: int, n_sample: int) -> Any:
+    """The workspace's rows, segments, samples and page tables set for time_rows's step -> the
+    step's Layout (for backend.fwd.step_launches)."""
     import numpy as np
 
     from engine.cuda.forward import Layout
@@ -189,12 +200,7 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     backend.forget_page_table()  # the backend's next step must write its own tables again
     last = context + max(per_slot) - 1
     below = backend.fwd.ops.dims.att_core_below
-    lay = Layout.of_rows(T, slots, int(sampled.size), ws.t_save >= T, context, last, below)
-
-    def launch() -> None:
-        backend.fwd.step_launches(lay)
-
-    return time_graph(launch) * 1e3
+    return Layout.of_rows(T, slots, int(sampled.size), ws.t_save >= T, context, last, below)
 
 
 def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@
 #   keys                             bench/decode.py --matmul-steps --keys "$KEYS" (MatmulConfig
 #                                    switches on and off as whole steps, ROWS), then the GPU tests
 #                                    that pytest -k "$TESTS" selects
+#   kernels                          bench/step_kernels.py under Nsight Compute: every kernel of
+#                                    whole decode steps timed alone, summed per kernel (STEPS)
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
 #                                    (default 1,4): each product kernel's DRAM share, waves,
 #                                    occupancy and warp stalls (~3 min; NCU_KERNEL, NCU_ARGS)
@@ -179,6 +181,14 @@ if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the devi
     python3 bench/product_kernels.py --rows "${ROWS:-1,4}" > "$OUT/ncu.txt" 2>&1
   grep -E "^  mm|^[a-z_+ ]+ [0-9]+x[0-9]+ rows|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
     "$OUT/ncu.txt"
+fi
+if [ "$MODE" = kernels ]; then  # every kernel of whole decode steps, each timed alone by ncu (~3 min)
+  # STEPS: the slots' rows per step, steps split by ';' (bench/step_kernels.py --steps)
+  timeout "${NCU_S:-400}" ncu --profile-from-start off --clock-control none --cache-control none \
+    --csv --page raw --metrics gpu__time_duration.sum \
+    python3 bench/step_kernels.py --steps "${STEPS:-1;1,1,1,1;2,2,2,2,2,2}" > "$OUT/kernels.csv" 2>&1
+  python3 bench/step_kernels.py --report "$OUT/kernels.csv" > "$OUT/kernels.txt" 2>&1
+  grep -v "^\[" "$OUT/kernels.txt" | head -120
 fi
 if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit tests (~8 min)
   # DIMS=none: the tests alone

@@ -776,6 +776,31 @@ OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
     mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
 }
 
+OJ_DEV void mma_16832_u8s8_acc(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Sub-block s's A fragments with its scales on the A side (gemm_i8s, rows_i8m*s): scale = 8 sh + sl
+// (sl, sh < 8), l = q sl and h = q sh for the true codes q < 16 (a packed word times a scalar: no
+// byte carries), so sum(scale q x) = C_l + 8 C_h, summed over the super-block by the mma itself.
+// sc0 / sc1: the scale words of the rows gid / gid + 8 (i8_scales).
+OJ_DEV void i8_split_a(const I8Blk& b0, const I8Blk& b1, const u32 (&sc0)[2], const u32 (&sc1)[2], int s,
+                       u32 (&l)[4], u32 (&h)[4]) {
+    const int j = s >> 1, down = (s & 1) ? 4 : 0;  // odd sub-blocks: the high nibbles
+    const u32 q[4] = {(b0.q[j].x >> down) & 0x0F0F0F0Fu, (b1.q[j].x >> down) & 0x0F0F0F0Fu,
+                      (b0.q[j].y >> down) & 0x0F0F0F0Fu, (b1.q[j].y >> down) & 0x0F0F0F0Fu};
+    const u32 s0 = __byte_perm(sc0[s >> 2], 0u, 0x4440u + (s & 3)), s1 = __byte_perm(sc1[s >> 2], 0u, 0x4440u + (s & 3));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 sv = (i & 1) ? s1 : s0;  // fragments 0, 2: row gid; 1, 3: row gid + 8
+        l[i] = q[i] * (sv & 7u);
+        h[i] = q[i] * (sv >> 3);
+    }
+}
+
 template <int MIN>
 OJ_DEV void i8_superblock(const I8Blk (&b)[2], const signed char* __restrict__ xi, const float* __restrict__ sx,
                           const float* __restrict__ xs, const uint2* __restrict__ xm, int K, int sb, int gid,
@@ -852,7 +877,30 @@ OJ_DEV void i8_turns(int first, int nsb, Load load_to, Use use) {
     }
 }
 
-template <int MIN>
+// The engine's deep turns (wmat_rows DEPTH 2): three buffers, two super-blocks in flight while the
+// third is used; the same super-blocks in the same order.
+template <class Buf, class Load, class Use>
+OJ_DEV void i8_turns3(int first, int nsb, Load load_to, Use use) {
+    Buf fa, fb, fc;
+    if (first < nsb) load_to(fa, first);
+    if (first + MM_NW < nsb) load_to(fb, first + MM_NW);
+    oj_grid_dep();
+    for (int sb = first; sb < nsb; sb += 3 * MM_NW) {
+        const int sb1 = sb + MM_NW, sb2 = sb + 2 * MM_NW;
+        if (sb2 < nsb) load_to(fc, sb2);
+        use(fa, sb);
+        if (sb1 >= nsb) break;
+        if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
+        use(fb, sb1);
+        if (sb2 >= nsb) break;
+        if (sb2 + 2 * MM_NW < nsb) load_to(fb, sb2 + 2 * MM_NW);
+        use(fc, sb2);
+    }
+}
+
+// DEPTH 1: two buffers taking turns (rows_i8*); 2: three (rows_i8m_d, 3 CTAs per SM as the
+// engine's deep kernels)
+template <int MIN, int DEPTH = 1>
 OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
                     float* __restrict__ Y) {
     __shared__ float red[MM_NW][16];
@@ -868,9 +916,11 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
     };
-    i8_turns<I8Blk[2]>(warp, nsb, load_to, [&](I8Blk (&b)[2], int sb) {
-        i8_superblock<MIN>(b, xi, sx, xs, xm, cols, sb, gid, t, acc, mn);
-    });
+    auto use = [&](I8Blk (&b)[2], int sb) { i8_superblock<MIN>(b, xi, sx, xs, xm, cols, sb, gid, t, acc, mn); };
+    if constexpr (DEPTH == 2)
+        i8_turns3<I8Blk[2]>(warp, nsb, load_to, use);
+    else
+        i8_turns<I8Blk[2]>(warp, nsb, load_to, use);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mn[r] += __shfl_xor_sync(0xFFFFFFFFu, mn[r], 1);
@@ -890,6 +940,7 @@ OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* _
 I8_KERNEL(rows_i8, 1)
 I8_KERNEL(rows_i8_nomin, 0)
 I8_KERNEL(rows_i8m, 2)
+PRODUCT_PROBE((32 * MM_NW, MM_MINB1D), rows_i8m_d, i8_rows<2, 2>(p0, rows, cols, X, Y))
 
 // rows_i8m4: rows_i8m's product for R <= 4 activation rows in one launch: B columns 2r and 2r + 1
 // are row r's hi and lo, so lane t holds row t's sums (every column useful), and the mins' term
@@ -903,82 +954,115 @@ I8_KERNEL(rows_i8m, 2)
 // (rows_i8m4x2: 168 registers, 3 CTAs per SM) 6.35 ms.
 // MT m-tiles per warp share each B fragment (rows_i8m4x2: 2, half the activation bytes per weight
 // byte; rows_i8m4: 1). b[m][h]: m-tile m's rows gid, gid + 8.
-template <int MT>
+template <int MT, int NT, bool SPLIT>
 OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, long ldx, int R, int K,
-                           int sb, int gid, int t, float (&acc)[MT][2], float (&mh)[MT][2],
-                           float (&ml)[MT][2]) {
+                           int sb, int gid, int t, float (&acc)[MT][NT][2], float (&mh)[MT][NT][2],
+                           float (&ml)[MT][NT][2]) {
     const int nsb = K >> 8;
     u32 sc[MT][2][2], mm[MT][2][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_scales(b[m][h].hdr, sc[m][h], mm[m][h]);
-    int e[MT][2][2] = {}, o[MT][2][2] = {};
-    const int brow = gid >> 1;  // this lane's B column: row gid / 2, part gid & 1
-    const bool bval = brow < R;
-    const signed char* xrow = (const signed char*)(X + brow * ldx) + (gid & 1) * K + sb * 256 + 8 * t;
+    int e[MT][NT][2][2] = {}, o[MT][NT][2][2] = {};
+    int cl[SPLIT ? MT : 1][SPLIT ? NT : 1][4] = {}, ch[SPLIT ? MT : 1][SPLIT ? NT : 1][4] = {};  // SPLIT: C_l, C_h
+    // this lane's B column in n-tile n: row 4n + gid / 2, part gid & 1
+    bool bval[NT];
+    const signed char* xrow[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int brow = 4 * n + (gid >> 1);
+        bval[n] = brow < R;
+        xrow[n] = (const signed char*)(X + brow * ldx) + (gid & 1) * K + sb * 256 + 8 * t;  // read if bval
+    }
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
+        if constexpr (SPLIT) {
+            u32 l[MT][4], h[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; ++m) i8_split_a(b[m][0], b[m][1], sc[m][0], sc[m][1], s, l[m], h[m]);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const uint2 bv = bval[n] ? *(const uint2*)(xrow[n] + 32 * s) : make_uint2(0u, 0u);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    mma_16832_u8s8_acc(cl[m][n], l[m][0], l[m][1], l[m][2], l[m][3], bv.x, bv.y);
+                    mma_16832_u8s8_acc(ch[m][n], h[m][0], h[m][1], h[m][2], h[m][3], bv.x, bv.y);
+                }
+            }
+            continue;
+        }
         const int j = s >> 1;
         const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-        const uint2 bv = bval ? *(const uint2*)(xrow + 32 * s) : make_uint2(0u, 0u);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            int c[4];
-            mma_16832_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
-                     b[m][1].q[j].y & mask, bv.x, bv.y);
+        for (int n = 0; n < NT; ++n) {
+            const uint2 bv = bval[n] ? *(const uint2*)(xrow[n] + 32 * s) : make_uint2(0u, 0u);
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int scale = (int)__byte_perm(sc[m][r][s >> 2], 0u, 0x4440u + (s & 3));
-                int(&dst)[2] = (s & 1) ? o[m][r] : e[m][r];
-                dst[0] += scale * c[2 * r];
-                dst[1] += scale * c[2 * r + 1];
+            for (int m = 0; m < MT; ++m) {
+                int c[4];
+                mma_16832_u8s8(c, b[m][0].q[j].x & mask, b[m][1].q[j].x & mask, b[m][0].q[j].y & mask,
+                               b[m][1].q[j].y & mask, bv.x, bv.y);
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int scale = (int)__byte_perm(sc[m][r][s >> 2], 0u, 0x4440u + (s & 3));
+                    int(&dst)[2] = (s & 1) ? o[m][n][r] : e[m][n][r];
+                    dst[0] += scale * c[2 * r];
+                    dst[1] += scale * c[2 * r + 1];
+                }
             }
         }
     }
-    // this lane's activation row t: its scale, and its rows_i8m fold
-    const float* sx_t = (const float*)(X + min(t, R - 1) * ldx + 2 * (size_t)K);
-    const float sxv = sx_t[sb];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float d = h2f((u16)(b[m][r].hdr.x & 0xFFFFu));
-            const float f =
-                (float)(16 * e[m][r][0] + o[m][r][0]) + (float)(16 * e[m][r][1] + o[m][r][1]) * (1.0f / 254.0f);
-            acc[m][r] = fmaf(d * sxv, f, acc[m][r]);
-        }
-    // the mins: B column gid is row gid / 2's XH (then XL) as b (gid even) or a
     const long xm_off = 2 * (long)K + 16 * ((nsb + 3) / 4) + 4 * (K >> 5);
-    const uint2* xm = (const uint2*)(X + brow * ldx + xm_off) + sb * 32 + t;
     const int sh = 8 * t;
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {
-        const uint2 bv = bval ? xm[(2 * part + (gid & 1)) * 4] : make_uint2(0u, 0u);
-        const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+    for (int n = 0; n < NT; ++n) {
+        // this lane's activation row 4n + t: its scale, and its rows_i8m fold
+        const float* sx_t = (const float*)(X + min(4 * n + t, R - 1) * ldx + 2 * (size_t)K);
+        const float sxv = sx_t[sb];
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            int c[4];
-            mma_16832_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh, bv.x,
-                     bv.y);
-            float(&dst)[2] = part ? ml[m] : mh[m];
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const float dmin = h2f((u16)(b[m][r].hdr.x >> 16));
-                dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+                const float d = h2f((u16)(b[m][r].hdr.x & 0xFFFFu));
+                // 16 x the exact sums either way (high nibbles as 16q; SPLIT: 16 (C_l + 8 C_h))
+                const int th = SPLIT ? 16 * (cl[m][n][2 * r] + 8 * ch[m][n][2 * r]) : 16 * e[m][n][r][0] + o[m][n][r][0];
+                const int tl = SPLIT ? 16 * (cl[m][n][2 * r + 1] + 8 * ch[m][n][2 * r + 1])
+                                     : 16 * e[m][n][r][1] + o[m][n][r][1];
+                const float f = (float)th + (float)tl * (1.0f / 254.0f);
+                acc[m][n][r] = fmaf(d * sxv, f, acc[m][n][r]);
+            }
+        // the mins: B column gid is row 4n + gid / 2's XH (then XL) as b (gid even) or a
+        const int brow = 4 * n + (gid >> 1);
+        const uint2* xm = (const uint2*)(X + brow * ldx + xm_off) + sb * 32 + t;  // read if bval[n]
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const uint2 bv = bval[n] ? xm[(2 * part + (gid & 1)) * 4] : make_uint2(0u, 0u);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                int c[4];
+                mma_16832_u8s8(c, mm[m][0][0] >> sh, mm[m][1][0] >> sh, mm[m][0][1] >> sh, mm[m][1][1] >> sh,
+                               bv.x, bv.y);
+                float(&dst)[2] = part ? ml[m][n] : mh[m][n];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float dmin = h2f((u16)(b[m][r].hdr.x >> 16));
+                    dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+                }
             }
         }
     }
 }
 
-template <int MT>
+// R <= 4 NT activation rows: NT n-tiles of 4 rows each (rows_i8m8: 2, rows_i8m12: 3)
+template <int MT, int NT = 1, bool SPLIT = false>
 OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __restrict__ X, long ldx,
                      float* __restrict__ Y, int ldy, int R) {
-    __shared__ float red[MM_NW][4][16 * MT];
+    __shared__ float red[MM_NW][4 * NT][16 * MT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
     const int row0 = blockIdx.y * 16 * MT, nsb = cols >> 8;
-    float acc[MT][2] = {}, mh[MT][2] = {}, ml[MT][2] = {};
+    float acc[MT][NT][2] = {}, mh[MT][NT][2] = {}, ml[MT][NT][2] = {};
     auto load_to = [&](I8Blk (&b)[MT][2], int sb) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -986,14 +1070,17 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
             for (int h = 0; h < 2; ++h) i8_load(b[m][h], W, min(row0 + 16 * m + 8 * h + gid, rows - 1), sb, t);
     };
     i8_turns<I8Blk[MT][2]>(warp, nsb, load_to, [&](I8Blk (&b)[MT][2], int sb) {
-        i8_superblock4<MT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
+        i8_superblock4<MT, NT, SPLIT>(b, X, ldx, R, cols, sb, gid, t, acc, mh, ml);
     });
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) red[warp][t][16 * m + gid + 8 * r] = acc[m][r] - (mh[m][r] + ml[m][r]);
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                red[warp][4 * n + t][16 * m + gid + 8 * r] = acc[m][n][r] - (mh[m][n][r] + ml[m][n][r]);
     __syncthreads();
-    for (int idx = threadIdx.x; idx < 4 * 16 * MT; idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < 4 * NT * 16 * MT; idx += blockDim.x) {
         const int i = idx % (16 * MT), rr = idx / (16 * MT);
         if (rr < R && row0 + i < rows) {
             float v = 0.0f;
@@ -1007,6 +1094,13 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4, i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 // two m-tiles per warp (32 weight rows per CTA): each B fragment serves both
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m4x2, i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+// 8 and 12 rows: two and three n-tiles per warp, each B fragment loaded once per sub-block
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8, i8_rows4<1, 2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12, i8_rows4<1, 3>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+// the same with the scales on the A side (i8_split_a): twice the mma, no per-element scaling
+PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4s, i8_rows4<1, 1, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8s, i8_rows4<1, 2, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12s, i8_rows4<1, 3, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 
 // ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
 // the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as
@@ -1023,19 +1117,121 @@ constexpr int G8_ROWS = 32;   // activation rows per CTA
 constexpr int G8_PART = 288;  // bytes per part (hi, lo) of a staged row: 256 + 32 of padding,
 constexpr int G8_ROWB = 576;  // so the 16 lanes of a half-warp's B loads fall on distinct banks
 constexpr int G8_MINB = 192;  // bytes per staged row of the mins' fragments (128 + 64 padding)
+// one stage: the rows' hi | lo, their mins' fragments, their scales
+constexpr int G8_STAGE = G8_ROWS * (G8_ROWB + G8_MINB) + 4 * G8_ROWS;
+
+// One super-block of a warp's m-tile against the CTA's 32 staged activation rows (stage: as
+// G8_STAGE lays it out): the same integers and float folds as rows_i8m's.
+OJ_DEV void g8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
+                          float (&mh)[8][2], float (&ml)[8][2]) {
+    const u8* sm_b = stage + G8_ROWS * G8_ROWB;
+    const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
+    const int sh = 8 * t;
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
+    const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1;
+        const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
+                  a3 = b[1].q[j].y & mask;
+        int scale[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+            scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
+            int c[4];
+            mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                T[n][r][0] += scale[r] * c[2 * r];
+                T[n][r][1] += scale[r] * c[2 * r + 1];
+            }
+        }
+    }
+    float dd[2], dm[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+    }
+    const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const float sxv = ss[4 * n + t];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float f = (float)T[n][r][0] + (float)T[n][r][1] * (1.0f / 254.0f);
+            acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
+            int c[4];
+            mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float& dst = part ? ml[n][r] : mh[n][r];
+                dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
+            }
+        }
+    }
+}
+
+// The 16-byte pieces of super-block sb of the CTA's activation rows into a stage (piece i of
+// G8_STAGE / 16, as G8_STAGE lays it out; rows past R as zeros): `put(dst, src)` copies one
+// piece, `zero(dst)` clears one; the scales (4 bytes each) go through put4 / the same zero.
+struct G8Rows {
+    const u8* X;
+    long ldx, xm_off;
+    int cols, rbase, nr;
+    OJ_DEV const u8* row(int r) const { return X + (size_t)(rbase + r) * ldx; }
+};
+template <class Put, class Put4>
+OJ_DEV void g8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
+    for (int i = threadIdx.x; i < G8_ROWS * 32; i += blockDim.x) {
+        const int r = i >> 5, q = i & 31, part = q >> 4, off = (q & 15) * 16;
+        put(stage + r * G8_ROWB + part * G8_PART + off,
+            r < a.nr ? a.row(r) + (size_t)part * a.cols + sb * 256 + off : nullptr);
+    }
+    u8* sm_b = stage + G8_ROWS * G8_ROWB;
+    for (int i = threadIdx.x; i < G8_ROWS * 8; i += blockDim.x) {
+        const int r = i >> 3, q = i & 7;
+        put(sm_b + r * G8_MINB + q * 16, r < a.nr ? a.row(r) + a.xm_off + sb * 256 + q * 16 : nullptr);
+    }
+    float* ss = (float*)(sm_b + G8_ROWS * G8_MINB);
+    if (threadIdx.x < G8_ROWS) {
+        const int r = threadIdx.x;
+        put4(ss + r, r < a.nr ? (const float*)(a.row(r) + 2 * (size_t)a.cols) + sb : nullptr);
+    }
+}
+
+// the class totals of a warp's m-tile and the CTA's rows into Y
+OJ_DEV void g8_store(const float (&total)[8][2], int row0, int rbase, int gid, int t, int rows, int R,
+                     float* Y, int ldy) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int arow = rbase + 4 * n + t, wrow = row0 + gid + 8 * r;
+            if (arow < R && wrow < rows) Y[(size_t)arow * ldy + wrow] = total[n][r];
+        }
+}
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     gemm_i8(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
-    __shared__ __align__(16) u8 sx_b[G8_ROWS * G8_ROWB];
-    __shared__ __align__(16) u8 sm_b[G8_ROWS * G8_MINB];
-    __shared__ float ss[G8_ROWS];
-    const u8* X = (const u8*)Xv;
+    __shared__ __align__(16) u8 stage[G8_STAGE];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
-    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS;
-    const int nr = min(G8_ROWS, R - rbase), nsb = cols >> 8;
-    const long xm_off = 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5);
-    const int sh = 8 * t;
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
+    const G8Rows a = {(const u8*)Xv, ldx, 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5), cols, rbase,
+                      min(G8_ROWS, R - rbase)};
     float total[8][2] = {};
     oj_grid_dep();
     for (int w = 0; w < MM_NW; ++w) {
@@ -1045,91 +1241,173 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
             __syncthreads();  // the last super-block's stage is read
-            for (int i = threadIdx.x; i < G8_ROWS * 32; i += blockDim.x) {
-                const int r = i >> 5, q = i & 31, part = q >> 4, off = (q & 15) * 16;
-                const uint4 v = r < nr ? *(const uint4*)(X + (size_t)(rbase + r) * ldx + (size_t)part * cols +
-                                                          sb * 256 + off)
-                                       : make_uint4(0u, 0u, 0u, 0u);
-                *(uint4*)(sx_b + r * G8_ROWB + part * G8_PART + off) = v;
-            }
-            for (int i = threadIdx.x; i < G8_ROWS * 8; i += blockDim.x) {
-                const int r = i >> 3, q = i & 7;
-                const uint4 v = r < nr ? *(const uint4*)(X + (size_t)(rbase + r) * ldx + xm_off + sb * 256 + q * 16)
-                                       : make_uint4(0u, 0u, 0u, 0u);
-                *(uint4*)(sm_b + r * G8_MINB + q * 16) = v;
-            }
-            if (threadIdx.x < G8_ROWS)
-                ss[threadIdx.x] =
-                    (int)threadIdx.x < nr
-                        ? ((const float*)(X + (size_t)(rbase + threadIdx.x) * ldx + 2 * (size_t)cols))[sb]
-                        : 0.0f;
+            g8_stage(
+                a, stage, sb,
+                [](u8* dst, const u8* src) {
+                    *(uint4*)dst = src ? *(const uint4*)src : make_uint4(0u, 0u, 0u, 0u);
+                },
+                [](float* dst, const float* src) { *dst = src ? *src : 0.0f; });
             __syncthreads();
-            u32 sc[2][2], mm[2][2];
-            i8_scales(b[0].hdr, sc[0], mm[0]);
-            i8_scales(b[1].hdr, sc[1], mm[1]);
-            int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
-            const u8* bx = sx_b + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
-#pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                const int j = s >> 1;
-                const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-                const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
-                          a3 = b[1].q[j].y & mask;
-                int scale[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
-#pragma unroll
-                for (int n = 0; n < 8; ++n) {
-                    const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
-                    int c[4];
-                    mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        T[n][r][0] += scale[r] * c[2 * r];
-                        T[n][r][1] += scale[r] * c[2 * r + 1];
-                    }
-                }
-            }
-            float dd[2], dm[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
-                dm[r] = h2f((u16)(b[r].hdr.x >> 16));
-            }
-            const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
-#pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                const float sxv = ss[4 * n + t];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float f = (float)T[n][r][0] + (float)T[n][r][1] * (1.0f / 254.0f);
-                    acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
-                }
-#pragma unroll
-                for (int part = 0; part < 2; ++part) {
-                    const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
-                    int c[4];
-                    mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
-                    const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        float& dst = part ? ml[n][r] : mh[n][r];
-                        dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
-                    }
-                }
-            }
+            g8_superblock(b, stage, gid, t, acc, mh, ml);
         }
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
             for (int r = 0; r < 2; ++r) total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
     }
+    g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
+}
+
+// gemm_i8p: gemm_i8's work and bits with a pipeline: the (class, super-block) items in the same
+// order, the next item's activations copied (cp.async) into the other of two stages (dynamic
+// shared memory, 2 x G8_STAGE) and its weights loaded into registers while this item's are
+// multiplied, one block barrier per item. Why: v35k's first version waited on both at every
+// super-block, one CTA per SM.
+// src null: zeros (src-size 0 reads nothing; `any` is only a valid global address to name)
+OJ_DEV void g8_copy16(void* dst, const void* src, const void* any) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src ? src : any), "r"(src ? 16 : 0)
+                 : "memory");
+}
+OJ_DEV void g8_copy4(void* dst, const void* src, const void* any) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src ? src : any), "r"(src ? 4 : 0)
+                 : "memory");
+}
+
+// gemm_i8s: gemm_i8p with the sub-block scales on the A side, so the mma's own accumulators sum
+// the whole super-block: scale = 8 sh + sl (sl, sh < 8), A_l = q sl and A_h = q sh (q < 16 true
+// codes: a packed word times a scalar, no byte carries), T = 16 (C_l + 8 C_h), the same exact
+// integers as g8_superblock's and so the same bits. Why: g8_superblock scales every sub-block's
+// mma result per output element (four IMADs per mma: ~3x the f16 gemm's instructions per
+// multiply-add, v35k); this is two mma per sub-block and n-tile and eight IMULs per sub-block
+// shared by the warp's eight n-tiles.
+OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
+                                float (&mh)[8][2], float (&ml)[8][2]) {
+    const u8* sm_b = stage + G8_ROWS * G8_ROWB;
+    const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
+    const int sh = 8 * t;
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int cl[8][4] = {}, ch[8][4] = {};  // [n-tile][mma fragment]: the q sl and q sh sums
+    const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int s = 0; s < 8; ++s) {
+        u32 l[4], h[4];
+        i8_split_a(b[0], b[1], sc[0], sc[1], s, l, h);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
+            mma_16832_u8s8_acc(cl[n], l[0], l[1], l[2], l[3], bv.x, bv.y);
+            mma_16832_u8s8_acc(ch[n], h[0], h[1], h[2], h[3], bv.x, bv.y);
+        }
+    }
+    float dd[2], dm[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+    }
+    const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const float sxv = ss[4 * n + t];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int arow = rbase + 4 * n + t, wrow = row0 + gid + 8 * r;
-            if (arow < R && wrow < rows) Y[(size_t)arow * ldy + wrow] = total[n][r];
+            const int th = 16 * (cl[n][2 * r] + 8 * ch[n][2 * r]);
+            const int tl = 16 * (cl[n][2 * r + 1] + 8 * ch[n][2 * r + 1]);
+            const float f = (float)th + (float)tl * (1.0f / 254.0f);
+            acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
         }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
+            int c[4];
+            mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float& dst = part ? ml[n][r] : mh[n][r];
+                dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
+            }
+        }
+    }
+}
+
+template <bool SPLIT>
+OJ_DEV void g8_pipelined(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    extern __shared__ __align__(16) u8 stages[];  // 2 x G8_STAGE
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
+    const G8Rows a = {(const u8*)Xv, ldx, 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5), cols, rbase,
+                      min(G8_ROWS, R - rbase)};
+    // item i: class w, its k-th super-block; items run class by class as gemm_i8's loops
+    auto item_sb = [&](int i, int& w) {
+        for (w = 0; w < MM_NW; ++w) {
+            const int n = (nsb - w + MM_NW - 1) / MM_NW;  // super-blocks of class w
+            if (i < n) return w + i * MM_NW;
+            i -= n;
+        }
+        return -1;
+    };
+    const int items = nsb;  // every super-block once
+    auto stage_of = [&](int i) { return stages + (i & 1) * G8_STAGE; };
+    auto ask = [&](int i) {  // item i's activations into its stage, as one commit group
+        int w;
+        const int sb = i < items ? item_sb(i, w) : -1;
+        if (sb >= 0)
+            g8_stage(
+                a, stage_of(i), sb, [&](u8* d, const u8* src) { g8_copy16(d, src, a.X); },
+                [&](float* d, const float* src) { g8_copy4(d, src, a.X); });
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    float total[8][2] = {}, acc[8][2] = {}, mh[8][2] = {}, ml[8][2] = {};
+    I8Blk b[2], nb[2];
+    int w0;
+    if (items > 0) {
+        const int sb = item_sb(0, w0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    }
+    oj_grid_dep();
+    ask(0);
+    for (int i = 0; i < items; ++i) {
+        int w, wn = -1;
+        item_sb(i, w);
+        const int sbn = i + 1 < items ? item_sb(i + 1, wn) : -1;
+        if (sbn >= 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) i8_load(nb[h], W, min(row0 + 8 * h + gid, rows - 1), sbn, t);
+        }
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();  // item i's stage is in for every thread; item i - 1's is read by all
+        ask(i + 1);       // into item i - 1's stage
+        if constexpr (SPLIT)
+            g8_superblock_split(b, stage_of(i), gid, t, acc, mh, ml);
+        else
+            g8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
+        if (wn != w) {  // the class ends: add it, start the next from zero
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
+                    acc[n][r] = mh[n][r] = ml[n][r] = 0.0f;
+                }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) b[h] = nb[h];
+    }
+    g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8p(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<false>(p0, rows, cols, Xv, ldx, Y, ldy, R);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8s(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<true>(p0, rows, cols, Xv, ldx, Y, ldy, R);
 }

@@ -114,6 +114,15 @@ RING = {
         ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
         ("walk_ring3_release", 8), ("walk_ring1_release", 8)],
 }  # fmt: skip
+# variants that choose a kernel per product by its tiles and the SMs, as the engine's
+# MatmulConfig.row_tile does: rows_i8m_auto takes the deep kernel where its grid fits one wave
+CHOSEN: dict[str, Callable[[int, int], str]] = {
+    "rows_i8m_auto": lambda tiles, sms: "rows_i8m_d" if tiles <= 3 * sms else "rows_i8m",
+}
+# bytes of one activation stage of gemm_i8p (tma_probe.cu G8_STAGE: 32 rows x (576 + 192) + 128)
+GEMM_I8_STAGE = 32 * (576 + 192) + 4 * 32
+# the gemm kernels with two such stages in dynamic shared memory
+PIPELINED = {"gemm_i8p", "gemm_i8s"}
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
 # --set int8 (tma_probe.cu rows_i8*): the one-row Q4_K product on integer mma with the activation
@@ -121,9 +130,11 @@ RING_ROUND = 8 * 1024
 # loads alone)
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
-        ("rows_i8_nomin", 0), ("rows_i8m", 0)],
-    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0)],
-    512: [("gemm_i8", 0)],
+        ("rows_i8_nomin", 0), ("rows_i8m", 0), ("rows_i8m_d", 0), ("rows_i8m_auto", 0)],
+    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0), ("rows_i8m4s", 0)],
+    8: [("rows_i8m8", 0), ("rows_i8m8s", 0)],
+    12: [("rows_i8m12", 0), ("rows_i8m12s", 0)],
+    512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -186,9 +197,17 @@ class Probe:
         self.variants = variants
         text = build.inline_includes(PROBE.read_text())
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
-        names = {k for vs in variants.values() for k, _ in vs}
+        names = {k for vs in variants.values() for k, _ in vs} - set(CHOSEN)
         self.fns = {name: launch.kernel(mod, name) for name in names}
+        for name in PIPELINED & set(self.fns):  # two activation stages: dynamic smem over 48 KiB
+            self.fns[name].fn.max_dynamic_shared_size_bytes = 2 * GEMM_I8_STAGE
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        # ROWS_SMEM, less what a kernel's static shared memory takes over the 48 KiB a launch
+        # may ask without opting in
+        self.rows_smem = {
+            name: min(ROWS_SMEM, 48 * 1024 - int(fn.fn.attributes["shared_size_bytes"]))
+            for name, fn in self.fns.items()
+        }
         # the steal kernels' counters: a pair per product (by the weight's id), zeroed once
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
@@ -232,6 +251,8 @@ class Probe:
         them, made once per x)."""
         import cupy as cp
 
+        if kernel in CHOSEN:
+            kernel = CHOSEN[kernel](-(-w.rows // 16), self.sms)
         tiles = -(-w.rows // (32 if kernel.endswith("x2") else 16))  # x2: two m-tiles per warp
         grid = ctas or (tiles if per_sm == 0 else min(tiles, per_sm * self.sms))
         if kernel.startswith(("flat", "steal")) and per_sm:  # a full grid, whatever the rows
@@ -250,10 +271,11 @@ class Probe:
             _, xh, size = self.int8_rows[id(x)]
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
-        if kernel == "gemm_i8":  # 32 activation rows x 128 weight rows per CTA of 8 warps
-            self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args)
+        if kernel.startswith("gemm_i8"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
+            smem = 2 * GEMM_I8_STAGE if kernel in PIPELINED else 0  # two stages (__init__)
+            self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
         elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
-            self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=ROWS_SMEM)
+            self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=self.rows_smem[kernel])
         else:
             self.fns[kernel]((grid,), (THREADS,), args)
 
@@ -286,7 +308,9 @@ def check(probe: Probe) -> dict[str, float]:
                     ("rows_i8", "gemm_i8")
                 ):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
-                if kernel.startswith(("rows_i8m4", "gemm_i8")):  # rows_i8m's bits, row by row
+                if kernel.startswith(
+                    ("rows_i8m4", "rows_i8m8", "rows_i8m12", "rows_i8m_d", "gemm_i8")
+                ):  # rows_i8m's bits
                     for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])
