@@ -15,6 +15,8 @@
 #   keys                             bench/decode.py --matmul-steps --keys "$KEYS" (MatmulConfig
 #                                    switches on and off as whole steps, ROWS), then the GPU tests
 #                                    that pytest -k "$TESTS" selects
+#   sample                           the sampler's GPU tests, then bench/sample_rows.py on this tree
+#                                    and on _main/ if carried (see compare-main)
 #   kernels                          bench/step_kernels.py under Nsight Compute: every kernel of
 #                                    whole decode steps timed alone, summed per kernel (STEPS)
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
@@ -181,6 +183,18 @@ if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the devi
     python3 bench/product_kernels.py --rows "${ROWS:-1,4}" > "$OUT/ncu.txt" 2>&1
   grep -E "^  mm|^[a-z_+ ]+ [0-9]+x[0-9]+ rows|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
     "$OUT/ncu.txt"
+fi
+if [ "$MODE" = sample ]; then  # the sampler: its GPU tests, then bench/sample_rows.py here and on _main/ (~3 min)
+  # TESTS: more pytest -k terms (e.g. "or batch"); _main/ (carried, as compare-main's) is timed
+  # with this tree's script copied in
+  gpu_pytest_built "${PYTEST_S:-240}" pytest.log tests/gpu -rf -k "sampl or greedy or draws ${TESTS:-}" | tail -8
+  for tree in ${TREES:-_main} .; do
+    [ -d "$tree" ] || continue
+    name=$([ "$tree" = . ] && echo this || basename "$tree" | sed 's/^_tree_//; s/^_//')
+    [ "$tree" = . ] || cp bench/sample_rows.py "$tree/bench/"
+    (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout 150 python3 bench/sample_rows.py --json "$OUT/sample_$name.json" \
+      2>&1 | tee "$OUT/sample_$name.log" | grep "^sample" | sed "s/^/$name /")
+  done
 fi
 if [ "$MODE" = kernels ]; then  # every kernel of whole decode steps, each timed alone by ncu (~3 min)
   # STEPS: the slots' rows per step, steps split by ';' (bench/step_kernels.py --steps)

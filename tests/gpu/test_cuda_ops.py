@@ -390,17 +390,33 @@ def test_greedy_with_penalties_matches_reference() -> None:
         assert got[i] == want
 
 
+# sample.cu's paths: the fast one (top_k <= 1,024, or min_p) and the full search (top_p alone)
 @pytest.mark.parametrize("params", [
     SamplingParams(temperature=0.7, top_k=12, top_p=1.0, min_p=0.0),
     SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0),
     SamplingParams(temperature=1.3, top_k=0, top_p=1.0, min_p=0.1),
     SamplingParams(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05),
+    SamplingParams(temperature=0.8, top_k=0, top_p=0.9, min_p=0.02),
+    SamplingParams(temperature=0.6, top_k=20, top_p=0.95, min_p=0.0),
 ])  # fmt: skip
 def test_sampled_frequencies_follow_the_reference_distribution(params: SamplingParams) -> None:
-    ops = Ops(SMALL)
-    V, M = 3000, 6000
     rng = np.random.default_rng(9)
-    row = (rng.standard_normal(V) * 2).astype(np.float32)
+    _check_frequencies(params, (rng.standard_normal(3000) * 2).astype(np.float32))
+
+
+def test_sampled_frequencies_when_the_fast_path_overflows() -> None:
+    """400 large logits in the first warp's chunk of the vocabulary: more candidates than its
+    share of the fast path's buffer, so the full search draws (the same distribution)."""
+    rng = np.random.default_rng(4)
+    row = rng.standard_normal(8192).astype(np.float32)
+    row[:400] += 6.0
+    _check_frequencies(SamplingParams(temperature=1.0, top_k=300, top_p=1.0, min_p=0.0), row)
+
+
+def _check_frequencies(params: SamplingParams, row: np.ndarray) -> None:
+    """6,000 draws of one row: only the reference's candidates, at its probabilities."""
+    ops = Ops(SMALL)
+    M, V = 6000, row.size
     got = _sample(ops, np.tile(row, (M, 1)), [params] * M, list(range(M)), [[]] * M)
     cands = sampling.candidates(row, params)
     assert set(got.tolist()) <= set(cands.ids.tolist()), "a filtered-out token was drawn"
@@ -409,11 +425,12 @@ def test_sampled_frequencies_follow_the_reference_distribution(params: SamplingP
     assert np.all(np.abs(freq - cands.probs) < 5 * sigma + 2e-3)
 
 
-def test_draws_depend_only_on_seed_and_counter() -> None:
+@pytest.mark.parametrize("top_k", [0, 40])  # the full search; the fast path
+def test_draws_depend_only_on_seed_and_counter(top_k: int) -> None:
     ops = Ops(SMALL)
     rng = np.random.default_rng(3)
     logits = np.tile((rng.standard_normal(5000) * 0.5).astype(np.float32), (4, 1))
-    p = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=1234)
+    p = SamplingParams(temperature=1.0, top_k=top_k, top_p=1.0, min_p=0.0, seed=1234)
     a = _sample(ops, logits.copy(), [p] * 4, [7, 8, 7, 9], [[]] * 4)
     assert a[0] == a[2]
     b = _sample(ops, logits[:1].copy(), [p], [7], [[]])
