@@ -1120,40 +1120,13 @@ constexpr int G8_MINB = 192;  // bytes per staged row of the mins' fragments (12
 // one stage: the rows' hi | lo, their mins' fragments, their scales
 constexpr int G8_STAGE = G8_ROWS * (G8_ROWB + G8_MINB) + 4 * G8_ROWS;
 
-// One super-block of a warp's m-tile against the CTA's 32 staged activation rows (stage: as
-// G8_STAGE lays it out): the same integers and float folds as rows_i8m's.
-OJ_DEV void g8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
-                          float (&mh)[8][2], float (&ml)[8][2]) {
+// A super-block's float folds (rows_i8m's): T, 16 x the exact sums of each n-tile's rows gid,
+// gid + 8 against its activation rows' hi and lo; then the mins' term as one more mma per part.
+OJ_DEV void g8_fold(const I8Blk (&b)[2], const u32 (&mm)[2][2], const u8* stage, int gid, int t,
+                    const int (&T)[8][2][2], float (&acc)[8][2], float (&mh)[8][2], float (&ml)[8][2]) {
     const u8* sm_b = stage + G8_ROWS * G8_ROWB;
     const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
     const int sh = 8 * t;
-    u32 sc[2][2], mm[2][2];
-    i8_scales(b[0].hdr, sc[0], mm[0]);
-    i8_scales(b[1].hdr, sc[1], mm[1]);
-    int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
-    const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
-#pragma unroll
-    for (int s = 0; s < 8; ++s) {
-        const int j = s >> 1;
-        const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-        const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
-                  a3 = b[1].q[j].y & mask;
-        int scale[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-            scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-            const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
-            int c[4];
-            mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                T[n][r][0] += scale[r] * c[2 * r];
-                T[n][r][1] += scale[r] * c[2 * r + 1];
-            }
-        }
-    }
     float dd[2], dm[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1182,6 +1155,40 @@ OJ_DEV void g8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, 
             }
         }
     }
+}
+
+// One super-block of a warp's m-tile against the CTA's 32 staged activation rows (stage: as
+// G8_STAGE lays it out): the same integers and float folds as rows_i8m's.
+OJ_DEV void g8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
+                          float (&mh)[8][2], float (&ml)[8][2]) {
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    int T[8][2][2] = {};  // [n-tile][row gid, gid + 8][hi, lo]: 16e + o
+    const u8* bx = stage + (gid >> 1) * G8_ROWB + (gid & 1) * G8_PART + 8 * t;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1;
+        const u32 mask = (s & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        const u32 a0 = b[0].q[j].x & mask, a1 = b[1].q[j].x & mask, a2 = b[0].q[j].y & mask,
+                  a3 = b[1].q[j].y & mask;
+        int scale[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+            scale[r] = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) * ((s & 1) ? 1 : 16);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const uint2 bv = *(const uint2*)(bx + 4 * n * G8_ROWB + 32 * s);
+            int c[4];
+            mma_16832_u8s8(c, a0, a1, a2, a3, bv.x, bv.y);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                T[n][r][0] += scale[r] * c[2 * r];
+                T[n][r][1] += scale[r] * c[2 * r + 1];
+            }
+        }
+    }
+    g8_fold(b, mm, stage, gid, t, T, acc, mh, ml);
 }
 
 // The 16-byte pieces of super-block sb of the CTA's activation rows into a stage (piece i of
@@ -1284,9 +1291,6 @@ OJ_DEV void g8_copy4(void* dst, const void* src, const void* any) {
 // shared by the warp's eight n-tiles.
 OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
                                 float (&mh)[8][2], float (&ml)[8][2]) {
-    const u8* sm_b = stage + G8_ROWS * G8_ROWB;
-    const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
-    const int sh = 8 * t;
     u32 sc[2][2], mm[2][2];
     i8_scales(b[0].hdr, sc[0], mm[0]);
     i8_scales(b[1].hdr, sc[1], mm[1]);
@@ -1303,36 +1307,14 @@ OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, i
             mma_16832_u8s8_acc(ch[n], h[0], h[1], h[2], h[3], bv.x, bv.y);
         }
     }
-    float dd[2], dm[2];
+    int T[8][2][2];  // 16 x the exact sums: 16 (C_l + 8 C_h), as g8_superblock's
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
-        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
-    }
-    const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-        const float sxv = ss[4 * n + t];
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int th = 16 * (cl[n][2 * r] + 8 * ch[n][2 * r]);
-            const int tl = 16 * (cl[n][2 * r + 1] + 8 * ch[n][2 * r + 1]);
-            const float f = (float)th + (float)tl * (1.0f / 254.0f);
-            acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
-        }
-#pragma unroll
-        for (int part = 0; part < 2; ++part) {
-            const uint2 bv = *(const uint2*)(bm + 4 * n * G8_MINB + part * 64);
-            int c[4];
-            mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, bv.x, bv.y);
-            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float& dst = part ? ml[n][r] : mh[n][r];
-                dst = fmaf(dm[r] * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst);
-            }
-        }
-    }
+            for (int part = 0; part < 2; ++part) T[n][r][part] = 16 * (cl[n][2 * r + part] + 8 * ch[n][2 * r + part]);
+    g8_fold(b, mm, stage, gid, t, T, acc, mh, ml);
 }
 
 template <bool SPLIT>
