@@ -899,7 +899,8 @@ OJ_DEV void i8_turns3(int first, int nsb, Load load_to, Use use) {
 }
 
 // DEPTH 1: two buffers taking turns (rows_i8*); 2: three (rows_i8m_d, 3 CTAs per SM as the
-// engine's deep kernels)
+// engine's deep kernels). Measured (v36a): rows_i8m 4.26 ms, rows_i8m_d 4.22, rows_i8m_auto (the
+// deep kernel where its grid fits one wave) 4.18 = 1.64x the floor, against the engine's 5.14
 template <int MIN, int DEPTH = 1>
 OJ_DEV void i8_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
                     float* __restrict__ Y) {
@@ -1094,10 +1095,13 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4, i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 // two m-tiles per warp (32 weight rows per CTA): each B fragment serves both
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m4x2, i8_rows4<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
-// 8 and 12 rows: two and three n-tiles per warp, each B fragment loaded once per sub-block
+// 8 and 12 rows: two and three n-tiles per warp, each B fragment loaded once per sub-block.
+// Measured (v36d-e, the 27B's Q4_K matrices): 8 rows 6.62-6.64 ms against the engine's
+// 5.48-5.53, 12 rows 10.78-10.85 against 6.53-6.54 (rows_i8m12: 168 registers, 16 bytes spilled)
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8, i8_rows4<1, 2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12, i8_rows4<1, 3>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
-// the same with the scales on the A side (i8_split_a): twice the mma, no per-element scaling
+// the same with the scales on the A side (i8_split_a): twice the mma, no per-element scaling.
+// Measured (v36e): slower at every count: 4 / 8 / 12 rows 6.13 / 7.67 / 11.17 ms
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4s, i8_rows4<1, 1, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8s, i8_rows4<1, 2, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12s, i8_rows4<1, 3, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
@@ -1270,6 +1274,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 // shared memory, 2 x G8_STAGE) and its weights loaded into registers while this item's are
 // multiplied, one block barrier per item. Why: v35k's first version waited on both at every
 // super-block, one CTA per SM.
+// Measured (bench/NOTES.md v36a): the bits hold; 512 rows 188.8 ms against gemm_i8's 284.1 and
+// the engine gemm's 126.7: still 1.49x, where prefill's margin over llama.cpp allows ~1.17x.
 // src null: zeros (src-size 0 reads nothing; `any` is only a valid global address to name)
 OJ_DEV void g8_copy16(void* dst, const void* src, const void* any) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
@@ -1289,6 +1295,9 @@ OJ_DEV void g8_copy4(void* dst, const void* src, const void* any) {
 // mma result per output element (four IMADs per mma: ~3x the f16 gemm's instructions per
 // multiply-add, v35k); this is two mma per sub-block and n-tile and eight IMULs per sub-block
 // shared by the warp's eight n-tiles.
+// Measured (v36b): the bits hold, but slower: 217.4 ms against gemm_i8p's 188.7 (1,077 loop
+// instructions against 1,107, 144 integer mma against 80): the integer mma's own rate on
+// mma.sync limits it as much as the per-element scaling did.
 OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
                                 float (&mh)[8][2], float (&ml)[8][2]) {
     u32 sc[2][2], mm[2][2];
