@@ -9,8 +9,8 @@
 //          them. L: with top_k (k <= SAMPLE_THREADS), the k-th largest of the threads' own
 //          maxima (at least k logits are >= it, so the top-k threshold is); otherwise with
 //          min_p, max + log(min_p). Why: the full search reads the whole row (1 MB at 248K
-//          tokens) about 32 times per threshold from one SM: ~0.5 ms a step with llama-server's
-//          default top_k 40 / top_p 0.95.
+//          tokens) about 32 times per threshold from one SM: 3.2 ms a step with llama-server's
+//          defaults (top_k 40, top_p 0.95, min_p 0.05), 88 us this way (bench/NOTES.md v36g).
 //   full   without such a bound (top_p alone), or when a warp's candidates overflow its share
 //          of the buffer (SAMPLE_CAPW): the search over the whole row, each thread one
 //          contiguous range.
