@@ -776,13 +776,6 @@ OJ_DEV void i8_scales(const uint4& h, u32 (&sc)[2], u32 (&mn)[2]) {
     mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
 }
 
-OJ_DEV void mma_16832_u8s8_acc(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Sub-block s's A fragments with its scales on the A side (gemm_i8s, rows_i8m*s): scale = 8 sh + sl
 // (sl, sh < 8), l = q sl and h = q sh for the true codes q < 16 (a packed word times a scalar: no
 // byte carries), so sum(scale q x) = C_l + 8 C_h, summed over the super-block by the mma itself.

@@ -142,14 +142,18 @@ OJ_DEV void mma_16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) 
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// m16n8k32 on u8 A (weight codes) and s8 B (activation parts), s32 sums from zero (sm_80+). Used
-// by the integer-product probes (bench/tma_probe.cu, bench/int_dot_probe.cu), not by the engine.
+// m16n8k32 on u8 A (weight codes) and s8 B (activation parts), s32 sums added to d (sm_80+);
+// mma_16832_u8s8: the sums from zero. Used by the integer-product probes (bench/tma_probe.cu,
+// bench/int_dot_probe.cu), not by the engine.
+OJ_DEV void mma_16832_u8s8_acc(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 OJ_DEV void mma_16832_u8s8(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+    d[0] = d[1] = d[2] = d[3] = 0;
+    mma_16832_u8s8_acc(d, a0, a1, a2, a3, b0, b1);
 }
 
 // ---- math ---------------------------------------------------------------------------------
