@@ -142,6 +142,10 @@ openjet_server() {
   timeout "$limit" python3 bench/parallel.py --engines openjet --json "$OUT/$json" "$@" 2>&1 \
     | tee -a "$OUT/$log" | grep "per agent\|goal"
 }
+# a copied tree's name in result files (_main -> main, _tree_x -> x), or $2 for this tree (.)
+tree_label() {
+  if [ "$1" = . ]; then echo "$2"; else basename "$1" | sed 's/^_tree_//; s/^_//'; fi
+}
 if [ "$MODE" = named ]; then  # only what the arguments name (`tests` always adds tests/gpu)
   gpu_pytest "${PYTEST_S:-330}" pytest.log "$@" | tail -8
   [ ! -f "$OJ_FIGURES" ] || cat "$OJ_FIGURES"
@@ -153,7 +157,7 @@ if [ "$MODE" = compare-main ] || [ "$MODE" = compare-suite ]; then
   # whole steps and prefill of a copy of main in _main/, then of this tree (same call); `--keys
   # none` keeps ROW_VARIANTS to the default alone
   for tree in ${TREES:-_main} .; do
-    name=$([ "$tree" = . ] && echo matmul || basename "$tree" | sed 's/^_tree_//; s/^_//')_steps
+    name=$(tree_label "$tree" matmul)_steps
     keys=$([ "$tree" = . ] && echo "${KEYS:-none}" || echo none)
     (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${STEPS_S:-120}" python3 bench/decode.py --step --matmul-steps \
       --keys "$keys" --rows "${ROWS:-1,4,12}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | grep "^matmul\|floor")
@@ -190,7 +194,7 @@ if [ "$MODE" = sample ]; then  # the sampler: its GPU tests, then bench/sample_r
   gpu_pytest_built "${PYTEST_S:-240}" pytest.log tests/gpu -rf -k "sampl or greedy or draws ${TESTS:-}" | tail -8
   for tree in ${TREES:-_main} .; do
     [ -d "$tree" ] || continue
-    name=$([ "$tree" = . ] && echo this || basename "$tree" | sed 's/^_tree_//; s/^_//')
+    name=$(tree_label "$tree" this)
     [ "$tree" = . ] || cp bench/sample_rows.py "$tree/bench/"
     (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout 150 python3 bench/sample_rows.py --json "$OUT/sample_$name.json" \
       2>&1 | tee "$OUT/sample_$name.log" | grep "^sample" | sed "s/^/$name /")
