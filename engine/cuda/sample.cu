@@ -7,13 +7,16 @@
 //   fast   the row's candidates above a lower bound L of the final threshold are compacted (in
 //          vocabulary order) into shared memory in one pass, and warp 0 searches and draws over
 //          them. L: with top_k (k <= SAMPLE_THREADS), the k-th largest of the threads' own
-//          maxima (at least k logits are >= it, so the top-k threshold is); otherwise with
-//          min_p, max + log(min_p). Why: the full search reads the whole row (1 MB at 248K
-//          tokens) about 32 times per threshold from one SM: 3.2 ms a step with llama-server's
-//          defaults (top_k 40, top_p 0.95, min_p 0.05), 88 us this way (bench/NOTES.md v36g).
-//   full   without such a bound (top_p alone), or when a warp's candidates overflow its share
-//          of the buffer (SAMPLE_CAPW): the search over the whole row, each thread one
-//          contiguous range.
+//          maxima (at least k logits are >= it, so the top-k threshold is); without top_k, the
+//          higher of min_p's max + log(min_p) and top_p's bound: the lowest of the largest
+//          maxima that together hold top_p of the row's mass (the logits >= it hold at least
+//          as much; the mass is summed in the argmax pass). Why: the full search reads the
+//          whole row (1 MB at 248K tokens) about 32 times per threshold from one SM: 3.2 ms a
+//          step with llama-server's defaults (top_k 40, top_p 0.95, min_p 0.05), 88 us this
+//          way (bench/NOTES.md v36g), and 1.7 ms with top_p alone.
+//   full   without such a bound (top_k > SAMPLE_THREADS, or top_p alone where the maxima hold
+//          less than top_p), or when a warp's candidates overflow its share of the buffer
+//          (SAMPLE_CAPW): the search over the whole row, each thread one contiguous range.
 //
 //   logits  f32 [M][V]  (penalties are applied in place)
 //   fparams f32 [M][8]  temperature, top_p, min_p, repetition, frequency, presence, -, -
@@ -64,21 +67,92 @@ OJ_DEV void apply_penalties(float* lg, const float* fp, const int* pen_tok, cons
     __syncthreads();
 }
 
-// Largest key threshold T with weight(key >= T) >= need, where weight is a count (mode 0) or a
-// probability mass exp(l - mx) (mode 1) over the candidates key >= floor_key.
-OJ_DEV u32 search_threshold(const float* lg, Range r, u32 floor_key, float mx, int mode,
-                            float need, float* scratch) {
+// The largest key T, found bit by bit from the top, with reduce(partial(T)) >= need:
+// partial(cand) is this thread's share of the weight of the keys >= cand, reduce the sum of the
+// shares over the threads searching together (a block or a warp) in a fixed order.
+template <class Partial, class Reduce>
+OJ_DEV u32 bit_threshold(Partial partial, Reduce reduce, float need) {
     u32 prefix = 0;
     for (int bit = 31; bit >= 0; --bit) {
         const u32 cand = prefix | (1u << bit);
-        float w = 0.0f;
-        for (int i = r.lo; i < r.hi; ++i) {
-            const u32 k = order_key(lg[i]);
-            if (k >= cand && k >= floor_key) w += mode == 0 ? 1.0f : __expf(lg[i] - mx);
-        }
-        if (block_sum(w, scratch) >= need) prefix = cand;
+        if (reduce(partial(cand)) >= need) prefix = cand;
     }
     return prefix;
+}
+
+// A logit's weight in a threshold search: a count (mode 0) or a probability mass exp(l - mx)
+// (mode 1), for keys >= cand and >= floor_key; 0 otherwise.
+OJ_DEV float search_weight(float l, u32 cand, u32 floor_key, float mx, int mode) {
+    const u32 k = order_key(l);
+    return k >= cand && k >= floor_key ? (mode == 0 ? 1.0f : __expf(l - mx)) : 0.0f;
+}
+
+// The whole block over the row: each thread its contiguous range r.
+OJ_DEV u32 search_threshold(const float* lg, Range r, u32 floor_key, float mx, int mode,
+                            float need, float* scratch) {
+    return bit_threshold(
+        [&](u32 cand) {
+            float w = 0.0f;
+            for (int i = r.lo; i < r.hi; ++i) w += search_weight(lg[i], cand, floor_key, mx, mode);
+            return w;
+        },
+        [&](float w) { return block_sum(w, scratch); }, need);
+}
+
+// One warp alone over the n values val: lane j takes entries j, j + 32, ...
+OJ_DEV u32 warp_threshold(const float* val, int n, float mx, u32 floor_key, int mode, float need) {
+    const int lane = threadIdx.x & 31;
+    return bit_threshold(
+        [&](u32 cand) {
+            float s = 0.0f;
+            for (int i = lane; i < n; i += 32) s += search_weight(val[i], cand, floor_key, mx, mode);
+            return s;
+        },
+        [](float s) { return warp_sum(s); }, need);
+}
+
+// A survivor's weight in the draw: exp((l - mx) / temperature), 0 below the final threshold.
+OJ_DEV float draw_weight(float l, u32 floor_key, float mx, float inv_t) {
+    return order_key(l) >= floor_key ? __expf((l - mx) * inv_t) : 0.0f;
+}
+
+// The draw's uniform target in [0, total), from the row's seed and draw counter alone.
+OJ_DEV float draw_target(const int* ip, float total) {
+    const u64 seed = (u64)(u32)ip[1] | ((u64)(u32)ip[2] << 32);
+    const u64 x = splitmix64(seed ^ splitmix64((u64)(u32)ip[3]));
+    return (float)(x >> 40) * (1.0f / 16777216.0f) * total;
+}
+
+// Which of n partial sums (part(j), in order) the target falls in; target becomes what is left
+// of it there. Rounding at the very end (past every part): the last nonzero part, target 0.
+// Every j is read (part may be a warp shuffle, which every lane must join).
+template <class Part>
+OJ_DEV int draw_part(Part part, int n, float& target) {
+    int owner = -1, last = 0;
+    for (int j = 0; j < n; ++j) {
+        const float pj = part(j);
+        if (owner >= 0) continue;
+        if (pj > 0.0f) last = j;
+        if (target < pj) owner = j;
+        else target -= pj;
+    }
+    if (owner < 0) owner = last, target = 0.0f;
+    return owner;
+}
+
+// Within the owner's entries lo..hi of val (in vocabulary order): the entry the rest of the
+// target falls on (-1 if rounding left none).
+OJ_DEV int draw_in(const float* val, int lo, int hi, u32 floor_key, float mx, float inv_t,
+                   float target) {
+    int pick = -1;
+    for (int i = lo; i < hi; ++i) {
+        if (order_key(val[i]) < floor_key) continue;
+        pick = i;
+        const float wi = __expf((val[i] - mx) * inv_t);
+        if (target < wi) break;
+        target -= wi;
+    }
+    return pick;
 }
 
 // the argmax: the lowest of the warps' lowest indices of the maximum
@@ -96,24 +170,6 @@ OJ_DEV Range warp_chunk(int V) {
     return {lo, min(V, lo + chunk)};
 }
 
-// One warp alone: the largest key T with weight(key >= T) >= need over the n logits val, where
-// weight is a count (mode 0) or a probability mass exp(l - mx) (mode 1), counting only keys >=
-// floor_key. Lane j takes entries j, j + 32, ...; the lanes' sums are added in a fixed order.
-OJ_DEV u32 warp_threshold(const float* val, int n, float mx, u32 floor_key, int mode, float need) {
-    const int lane = threadIdx.x & 31;
-    u32 prefix = 0;
-    for (int bit = 31; bit >= 0; --bit) {
-        const u32 cand = prefix | (1u << bit);
-        float s = 0.0f;
-        for (int i = lane; i < n; i += 32) {
-            const u32 k = order_key(val[i]);
-            if (k >= cand && k >= floor_key) s += mode == 0 ? 1.0f : __expf(val[i] - mx);
-        }
-        if (warp_sum(s) >= need) prefix = cand;
-    }
-    return prefix;
-}
-
 // The fast path after the compaction: warp 0 over the n candidates (val, idx: logits and token
 // ids in vocabulary order) -> the token (-1 if rounding left none). z_all: the whole row's mass
 // (top_p without top_k); use_k: top_k applies.
@@ -125,12 +181,12 @@ OJ_DEV int draw_compacted(const float* val, const int* idx, int n, float mx, con
     const float top_p = fp[1];
     if (top_p < 1.0f) {
         float zc = 0.0f;
-        for (int i = lane; i < n; i += 32)
-            if (order_key(val[i]) >= floor_key) zc += __expf(val[i] - mx);
+        for (int i = lane; i < n; i += 32) zc += search_weight(val[i], 0, floor_key, mx, 1);
         zc = warp_sum(zc);
         const float z = use_k ? zc : z_all;  // with top_k, every candidate of top_p is here
-        // without it, the candidates here are those above max + log(min_p): if they hold less
-        // than the need, top_p's threshold is below them and min_p's decides
+        // without it, the candidates here are those above a lower bound of the final
+        // threshold: if they hold less than the need, top_p's threshold is below them and
+        // min_p's decides
         if (zc >= top_p * z) floor_key = max(floor_key, warp_threshold(val, n, mx, floor_key, 1, top_p * z));
     }
     const float min_p = fp[2];
@@ -140,32 +196,16 @@ OJ_DEV int draw_compacted(const float* val, const int* idx, int n, float mx, con
     const float inv_t = 1.0f / fp[0];
     const int c = (n + 31) / 32, lo = min(n, lane * c), hi = min(n, lo + c);
     float part = 0.0f;
-    for (int i = lo; i < hi; ++i)
-        if (order_key(val[i]) >= floor_key) part += __expf((val[i] - mx) * inv_t);
+    for (int i = lo; i < hi; ++i) part += draw_weight(val[i], floor_key, mx, inv_t);
     // every lane walks the 32 partial sums in order (the same bits on each)
-    const u64 seed = (u64)(u32)ip[1] | ((u64)(u32)ip[2] << 32);
-    const u64 x = splitmix64(seed ^ splitmix64((u64)(u32)ip[3]));
     float total = 0.0f;
     for (int j = 0; j < 32; ++j) total += __shfl_sync(0xffffffffu, part, j);
-    float target = (float)(x >> 40) * (1.0f / 16777216.0f) * total;
-    int owner = -1, last = 0;
-    for (int j = 0; j < 32; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, part, j);
-        if (owner >= 0) continue;
-        if (pj > 0.0f) last = j;
-        if (target < pj) owner = j;
-        else target -= pj;
-    }
-    if (owner < 0) owner = last, target = 0.0f;  // rounding at the very end
+    float target = draw_target(ip, total);
+    const int owner = draw_part([&](int j) { return __shfl_sync(0xffffffffu, part, j); }, 32, target);
     int pick = -1;
     if (lane == owner) {
-        for (int i = lo; i < hi; ++i) {
-            if (order_key(val[i]) < floor_key) continue;
-            pick = idx[i];
-            const float wi = __expf((val[i] - mx) * inv_t);
-            if (target < wi) break;
-            target -= wi;
-        }
+        const int at = draw_in(val, lo, hi, floor_key, mx, inv_t, target);
+        pick = at >= 0 ? idx[at] : -1;
     }
     return __shfl_sync(0xffffffffu, pick, owner);
 }
@@ -184,12 +224,26 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     apply_penalties(lg, fp, pen_tok, pen_cnt, pen_off[row], pen_off[row + 1]);
     const Range r = my_range(V), wc = warp_chunk(V);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float temp = fp[0], top_p = fp[1], min_p = fp[2];
+    const int top_k = ip[0];
+    const bool use_k = top_k > 0 && top_k < V;
+    // top_p without top_k bounds its threshold by the threads' maxima (below), which needs the
+    // row's mass z: summed here, each thread's logits relative to its running maximum
+    const bool want_z = temp > 0.0f && !use_k && top_p < 1.0f;
 
     // argmax with the lowest index on ties (also the greedy answer; each thread's indices rise)
-    float best = -OJ_INF;
+    float best = -OJ_INF, zb = 0.0f;
     int bi = 0x7fffffff;
-    for (int i = wc.lo + lane; i < wc.hi; i += 32)
-        if (lg[i] > best) best = lg[i], bi = i;
+    if (want_z) {
+        for (int i = wc.lo + lane; i < wc.hi; i += 32) {
+            const float l = lg[i];
+            if (l > best) zb = zb * __expf(best - l) + 1.0f, best = l, bi = i;
+            else if (best > -OJ_INF) zb += __expf(l - best);
+        }
+    } else {
+        for (int i = wc.lo + lane; i < wc.hi; i += 32)
+            if (lg[i] > best) best = lg[i], bi = i;
+    }
     const float mx = block_max(best, scratch);
     int cand = best == mx ? bi : 0x7fffffff;
 #pragma unroll
@@ -197,85 +251,86 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     __syncthreads();
     if ((threadIdx.x & 31) == 0) sidx[threadIdx.x >> 5] = cand;
     __syncthreads();
-    const float temp = fp[0];
     if (temp <= 0.0f) {
         if (threadIdx.x == 0) out[row] = lowest(sidx);
         return;
     }
 
-    const int top_k = ip[0];
-    const float min_p = fp[2];
-    const bool use_k = top_k > 0 && top_k < V;
-    if ((use_k && top_k <= SAMPLE_THREADS) || (!use_k && min_p > 0.0f)) {
+    const bool bound_k = use_k && top_k <= SAMPLE_THREADS;
+    if (bound_k || (!use_k && (top_p < 1.0f || min_p > 0.0f))) {
         // the fast path (header): L, then the candidates >= L compacted per warp, in order
         __shared__ u32 low_key;
         __shared__ int ccount[SAMPLE_WARPS];
         __shared__ float cval[SAMPLE_WARPS * SAMPLE_CAPW];
         __shared__ int cidx[SAMPLE_WARPS * SAMPLE_CAPW];
-        if (use_k) {
-            part[threadIdx.x] = best;  // at least top_k logits are >= the top_k-th of these
+        const float z_all = want_z ? block_sum(best > -OJ_INF ? zb * __expf(best - mx) : 0.0f, scratch) : 0.0f;
+        if (bound_k || want_z) {
+            // top_k: at least top_k logits are >= the top_k-th largest of the threads' maxima;
+            // top_p: the logits >= the lowest of the largest maxima that together hold top_p of
+            // the mass hold it too. No such maxima (they hold less): 0, no bound.
+            part[threadIdx.x] = best;
             __syncthreads();
             if (warp == 0) {
-                const u32 t = warp_threshold(part, SAMPLE_THREADS, mx, 0, 0, (float)top_k);
+                const int n = blockDim.x;  // not the constant: unrolled, the loop spills (ptxas)
+                const u32 t = bound_k ? warp_threshold(part, n, mx, 0, 0, (float)top_k)
+                                      : warp_threshold(part, n, mx, 0, 1, top_p * z_all);
                 if (lane == 0) low_key = t;
             }
         } else if (threadIdx.x == 0) {
-            low_key = order_key(mx + logf(min_p));
+            low_key = 0;
         }
         __syncthreads();
-        const u32 low = min(low_key, order_key(mx));
-        const bool need_z = !use_k && fp[1] < 1.0f;
-        float z = 0.0f;
-        int cnt = 0;  // the same on every lane of the warp
-        for (int base = wc.lo; base < wc.hi; base += 32) {
-            const int i = base + lane;
-            const float v = i < wc.hi ? lg[i] : -OJ_INF;
-            if (need_z && i < wc.hi) z += __expf(v - mx);
-            const bool keep = i < wc.hi && order_key(v) >= low;
-            const u32 m = __ballot_sync(0xffffffffu, keep);
-            const int at = cnt + __popc(m & ((1u << lane) - 1u));
-            if (keep && at < SAMPLE_CAPW) {
-                cval[warp * SAMPLE_CAPW + at] = v;
-                cidx[warp * SAMPLE_CAPW + at] = i;
-            }
-            cnt += __popc(m);
-        }
-        if (lane == 0) ccount[warp] = cnt;
-        const float z_all = need_z ? block_sum(z, scratch) : 0.0f;
-        __syncthreads();
-        bool over = false;
-        for (int w = 0; w < SAMPLE_WARPS; ++w) over |= ccount[w] > SAMPLE_CAPW;
-        if (!over) {
-            if (warp == 0) {
-                // pack the warps' lists to the front, in order (moving left: each chunk of 32
-                // is read before it is written, and later chunks lie to the right)
-                int n = 0;
-                for (int w = 0; w < SAMPLE_WARPS; ++w) {
-                    for (int e = 0; e < ccount[w]; e += 32) {
-                        const bool has = e + lane < ccount[w];
-                        const float v = has ? cval[w * SAMPLE_CAPW + e + lane] : 0.0f;
-                        const int id = has ? cidx[w * SAMPLE_CAPW + e + lane] : 0;
-                        __syncwarp();
-                        if (has) cval[n + e + lane] = v, cidx[n + e + lane] = id;
-                        __syncwarp();
-                    }
-                    n += ccount[w];
+        u32 low = low_key;
+        if (!use_k && min_p > 0.0f) low = max(low, order_key(mx + logf(min_p)));  // min_p's own
+        low = min(low, order_key(mx));
+        if (low != 0) {
+            int cnt = 0;  // the same on every lane of the warp
+            for (int base = wc.lo; base < wc.hi; base += 32) {
+                const int i = base + lane;
+                const float v = i < wc.hi ? lg[i] : -OJ_INF;
+                const bool keep = i < wc.hi && order_key(v) >= low;
+                const u32 m = __ballot_sync(0xffffffffu, keep);
+                const int at = cnt + __popc(m & ((1u << lane) - 1u));
+                if (keep && at < SAMPLE_CAPW) {
+                    cval[warp * SAMPLE_CAPW + at] = v;
+                    cidx[warp * SAMPLE_CAPW + at] = i;
                 }
-                const int pick = draw_compacted(cval, cidx, n, mx, fp, ip, z_all, use_k);
-                if (lane == 0) out[row] = pick >= 0 ? pick : lowest(sidx);
+                cnt += __popc(m);
             }
-            return;
+            if (lane == 0) ccount[warp] = cnt;
+            __syncthreads();
+            bool over = false;
+            for (int w = 0; w < SAMPLE_WARPS; ++w) over |= ccount[w] > SAMPLE_CAPW;
+            if (!over) {
+                if (warp == 0) {
+                    // pack the warps' lists to the front, in order (moving left: each chunk of
+                    // 32 is read before it is written, and later chunks lie to the right)
+                    int n = 0;
+                    for (int w = 0; w < SAMPLE_WARPS; ++w) {
+                        for (int e = 0; e < ccount[w]; e += 32) {
+                            const bool has = e + lane < ccount[w];
+                            const float v = has ? cval[w * SAMPLE_CAPW + e + lane] : 0.0f;
+                            const int id = has ? cidx[w * SAMPLE_CAPW + e + lane] : 0;
+                            __syncwarp();
+                            if (has) cval[n + e + lane] = v, cidx[n + e + lane] = id;
+                            __syncwarp();
+                        }
+                        n += ccount[w];
+                    }
+                    const int pick = draw_compacted(cval, cidx, n, mx, fp, ip, z_all, use_k);
+                    if (lane == 0) out[row] = pick >= 0 ? pick : lowest(sidx);
+                }
+                return;
+            }
         }
-        __syncthreads();  // `part` is read again below
+        __syncthreads();  // `part` is written again below
     }
 
     u32 floor_key = 0;
     if (use_k) floor_key = search_threshold(lg, r, 0, mx, 0, (float)top_k, scratch);
-    const float top_p = fp[1];
     if (top_p < 1.0f) {
         float z = 0.0f;
-        for (int i = r.lo; i < r.hi; ++i)
-            if (order_key(lg[i]) >= floor_key) z += __expf(lg[i] - mx);
+        for (int i = r.lo; i < r.hi; ++i) z += search_weight(lg[i], 0, floor_key, mx, 1);
         const float zt = block_sum(z, scratch);
         const u32 kp = search_threshold(lg, r, floor_key, mx, 1, top_p * zt, scratch);
         floor_key = max(floor_key, kp);
@@ -286,37 +341,19 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     // draw: weights exp((l - mx) / temp) over survivors, prefix sums in thread order
     const float inv_t = 1.0f / temp;
     float w = 0.0f;
-    for (int i = r.lo; i < r.hi; ++i)
-        if (order_key(lg[i]) >= floor_key) w += __expf((lg[i] - mx) * inv_t);
+    for (int i = r.lo; i < r.hi; ++i) w += draw_weight(lg[i], floor_key, mx, inv_t);
     part[threadIdx.x] = w;
     __syncthreads();
     if (threadIdx.x == 0) {
-        const u64 seed = (u64)(u32)ip[1] | ((u64)(u32)ip[2] << 32);
-        const u64 x = splitmix64(seed ^ splitmix64((u64)(u32)ip[3]));
         float total = 0.0f;
         for (int i = 0; i < SAMPLE_THREADS; ++i) total += part[i];
-        float target = (float)(x >> 40) * (1.0f / 16777216.0f) * total;
-        int owner = -1, last = 0;
-        for (int i = 0; i < SAMPLE_THREADS && owner < 0; ++i) {
-            if (part[i] > 0.0f) last = i;
-            if (target < part[i]) owner = i;
-            else target -= part[i];
-        }
-        if (owner < 0) owner = last, target = 0.0f;  // rounding at the very end
-        sidx[0] = owner;
+        float target = draw_target(ip, total);
+        sidx[0] = draw_part([&](int j) { return part[j]; }, SAMPLE_THREADS, target);
         scratch[0] = target;
     }
     __syncthreads();
     if ((int)threadIdx.x == sidx[0]) {
-        float target = scratch[0];
-        int pick = -1;
-        for (int i = r.lo; i < r.hi; ++i) {
-            if (order_key(lg[i]) < floor_key) continue;
-            pick = i;
-            const float wi = __expf((lg[i] - mx) * inv_t);
-            if (target < wi) break;
-            target -= wi;
-        }
+        const int pick = draw_in(lg, r.lo, r.hi, floor_key, mx, inv_t, scratch[0]);
         out[row] = pick >= 0 ? pick : bi;
     }
 }
