@@ -113,6 +113,8 @@ OJ_DEV u32 warp_threshold(const float* val, int n, float mx, u32 floor_key, floa
     return bit_threshold(
         [&](u32 cand) {
             float s = 0.0f;
+            // the counts unrolled: the top_k bound's 32 bits x 32 entries a lane (v37b: 88 ->
+            // 98 us a launch with the loop rolled)
             for (int i = lane; i < n; i += 32) s += search_weight<MODE>(val[i], cand, floor_key, mx);
             return s;
         },
@@ -218,7 +220,10 @@ OJ_DEV int draw_compacted(const float* val, const int* idx, int n, float mx, con
     return __shfl_sync(0xffffffffu, pick, owner);
 }
 
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+// One CTA per SM at least (the second bound): without it sm_80's ptxas aims for two, takes 32
+// registers and spills in the unrolled count over the threads' maxima (v37b's sampler, the
+// count's loop rolled, took 98 us a launch for main's 88).
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
     sample_rows(float* logits, int V, const float* fparams, const int* iparams,
                 const int* pen_off, const int* pen_tok, const int* pen_cnt, int* out) {
     oj_grid_dep_early();
@@ -279,9 +284,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
             part[threadIdx.x] = best;
             __syncthreads();
             if (warp == 0) {
-                const int n = blockDim.x;  // not the constant: unrolled, the loop spills (ptxas)
-                const u32 t = bound_k ? warp_threshold<COUNT>(part, n, mx, 0, (float)top_k)
-                                      : warp_threshold<MASS>(part, n, mx, 0, top_p * z_all);
+                const u32 t = bound_k ? warp_threshold<COUNT>(part, SAMPLE_THREADS, mx, 0, (float)top_k)
+                                      : warp_threshold<MASS>(part, SAMPLE_THREADS, mx, 0, top_p * z_all);
                 if (lane == 0) low_key = t;
             }
         } else if (threadIdx.x == 0) {
