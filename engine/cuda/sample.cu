@@ -10,7 +10,7 @@
 //          maxima (at least k logits are >= it, so the top-k threshold is); without top_k, the
 //          higher of min_p's max + log(min_p) and top_p's bound: the lowest of the largest
 //          maxima that together hold top_p of the row's mass (the logits >= it hold at least
-//          as much; the mass is summed in the argmax pass). Why: the full search reads the
+//          as much; the row's mass takes one more pass). Why: the full search reads the
 //          whole row (1 MB at 248K tokens) about 32 times per threshold from one SM: 3.2 ms a
 //          step with llama-server's defaults (top_k 40, top_p 0.95, min_p 0.05), 88 us this
 //          way (bench/NOTES.md v36g), and 1.7 ms with top_p alone.
@@ -240,23 +240,13 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
     const float temp = fp[0], top_p = fp[1], min_p = fp[2];
     const int top_k = ip[0];
     const bool use_k = top_k > 0 && top_k < V;
-    // top_p without top_k bounds its threshold by the threads' maxima (below), which needs the
-    // row's mass z: summed here, each thread's logits relative to its running maximum
-    const bool want_z = temp > 0.0f && !use_k && top_p < 1.0f;
+    const bool want_z = temp > 0.0f && !use_k && top_p < 1.0f;  // top_p alone: the row's mass
 
     // argmax with the lowest index on ties (also the greedy answer; each thread's indices rise)
-    float best = -OJ_INF, zb = 0.0f;
+    float best = -OJ_INF;
     int bi = 0x7fffffff;
-    if (want_z) {
-        for (int i = wc.lo + lane; i < wc.hi; i += 32) {
-            const float l = lg[i];
-            if (l > best) zb = zb * __expf(best - l) + 1.0f, best = l, bi = i;
-            else if (best > -OJ_INF) zb += __expf(l - best);
-        }
-    } else {
-        for (int i = wc.lo + lane; i < wc.hi; i += 32)
-            if (lg[i] > best) best = lg[i], bi = i;
-    }
+    for (int i = wc.lo + lane; i < wc.hi; i += 32)
+        if (lg[i] > best) best = lg[i], bi = i;
     const float mx = block_max(best, scratch);
     int cand = best == mx ? bi : 0x7fffffff;
 #pragma unroll
@@ -276,7 +266,14 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
         __shared__ int ccount[SAMPLE_WARPS];
         __shared__ float cval[SAMPLE_WARPS * SAMPLE_CAPW];
         __shared__ int cidx[SAMPLE_WARPS * SAMPLE_CAPW];
-        const float z_all = want_z ? block_sum(best > -OJ_INF ? zb * __expf(best - mx) : 0.0f, scratch) : 0.0f;
+        // top_p alone bounds its threshold by the threads' maxima (below), which needs the row's
+        // mass: one more pass over the row, for such rows alone
+        float z_all = 0.0f;
+        if (want_z) {
+            float z = 0.0f;
+            for (int i = wc.lo + lane; i < wc.hi; i += 32) z += __expf(lg[i] - mx);
+            z_all = block_sum(z, scratch);
+        }
         if (bound_k || want_z) {
             // top_k: at least top_k logits are >= the top_k-th largest of the threads' maxima;
             // top_p: the logits >= the lowest of the largest maxima that together hold top_p of
