@@ -67,102 +67,21 @@ OJ_DEV void apply_penalties(float* lg, const float* fp, const int* pen_tok, cons
     __syncthreads();
 }
 
-// The largest key T, found bit by bit from the top, with reduce(partial(T)) >= need:
-// partial(cand) is this thread's share of the weight of the keys >= cand, reduce the sum of the
-// shares over the threads searching together (a block or a warp) in a fixed order.
-template <class Partial, class Reduce>
-OJ_DEV u32 bit_threshold(Partial partial, Reduce reduce, float need) {
+// Largest key threshold T with weight(key >= T) >= need, where weight is a count (mode 0) or a
+// probability mass exp(l - mx) (mode 1) over the candidates key >= floor_key.
+OJ_DEV u32 search_threshold(const float* lg, Range r, u32 floor_key, float mx, int mode,
+                            float need, float* scratch) {
     u32 prefix = 0;
     for (int bit = 31; bit >= 0; --bit) {
         const u32 cand = prefix | (1u << bit);
-        if (reduce(partial(cand)) >= need) prefix = cand;
+        float w = 0.0f;
+        for (int i = r.lo; i < r.hi; ++i) {
+            const u32 k = order_key(lg[i]);
+            if (k >= cand && k >= floor_key) w += mode == 0 ? 1.0f : __expf(lg[i] - mx);
+        }
+        if (block_sum(w, scratch) >= need) prefix = cand;
     }
     return prefix;
-}
-
-// A logit's weight in a threshold search: a count (MODE 0) or a probability mass exp(l - mx)
-// (MODE 1), for keys >= cand and >= floor_key; 0 otherwise. MODE is a template argument: as a
-// run-time one the counts took an exponential per entry too (v37a: the default sampling's
-// launch 88 -> 98 us).
-#define COUNT 0
-#define MASS 1
-template <int MODE>
-OJ_DEV float search_weight(float l, u32 cand, u32 floor_key, float mx) {
-    const u32 k = order_key(l);
-    if (MODE == COUNT) return k >= cand && k >= floor_key ? 1.0f : 0.0f;
-    return k >= cand && k >= floor_key ? __expf(l - mx) : 0.0f;
-}
-
-// The whole block over the row: each thread its contiguous range r.
-template <int MODE>
-OJ_DEV u32 search_threshold(const float* lg, Range r, u32 floor_key, float mx, float need,
-                            float* scratch) {
-    return bit_threshold(
-        [&](u32 cand) {
-            float w = 0.0f;
-            for (int i = r.lo; i < r.hi; ++i) w += search_weight<MODE>(lg[i], cand, floor_key, mx);
-            return w;
-        },
-        [&](float w) { return block_sum(w, scratch); }, need);
-}
-
-// One warp alone over the n values val: lane j takes entries j, j + 32, ...
-template <int MODE>
-OJ_DEV u32 warp_threshold(const float* val, int n, float mx, u32 floor_key, float need) {
-    const int lane = threadIdx.x & 31;
-    return bit_threshold(
-        [&](u32 cand) {
-            float s = 0.0f;
-            // the counts unrolled: the top_k bound's 32 bits x 32 entries a lane (v37b: 88 ->
-            // 98 us a launch with the loop rolled)
-            for (int i = lane; i < n; i += 32) s += search_weight<MODE>(val[i], cand, floor_key, mx);
-            return s;
-        },
-        [](float s) { return warp_sum(s); }, need);
-}
-
-// A survivor's weight in the draw: exp((l - mx) / temperature), 0 below the final threshold.
-OJ_DEV float draw_weight(float l, u32 floor_key, float mx, float inv_t) {
-    return order_key(l) >= floor_key ? __expf((l - mx) * inv_t) : 0.0f;
-}
-
-// The draw's uniform target in [0, total), from the row's seed and draw counter alone.
-OJ_DEV float draw_target(const int* ip, float total) {
-    const u64 seed = (u64)(u32)ip[1] | ((u64)(u32)ip[2] << 32);
-    const u64 x = splitmix64(seed ^ splitmix64((u64)(u32)ip[3]));
-    return (float)(x >> 40) * (1.0f / 16777216.0f) * total;
-}
-
-// Which of n partial sums (part(j), in order) the target falls in; target becomes what is left
-// of it there. Rounding at the very end (past every part): the last nonzero part, target 0.
-// Every j is read (part may be a warp shuffle, which every lane must join).
-template <class Part>
-OJ_DEV int draw_part(Part part, int n, float& target) {
-    int owner = -1, last = 0;
-    for (int j = 0; j < n; ++j) {
-        const float pj = part(j);
-        if (owner >= 0) continue;
-        if (pj > 0.0f) last = j;
-        if (target < pj) owner = j;
-        else target -= pj;
-    }
-    if (owner < 0) owner = last, target = 0.0f;
-    return owner;
-}
-
-// Within the owner's entries lo..hi of val (in vocabulary order): the entry the rest of the
-// target falls on (-1 if rounding left none).
-OJ_DEV int draw_in(const float* val, int lo, int hi, u32 floor_key, float mx, float inv_t,
-                   float target) {
-    int pick = -1;
-    for (int i = lo; i < hi; ++i) {
-        if (order_key(val[i]) < floor_key) continue;
-        pick = i;
-        const float wi = __expf((val[i] - mx) * inv_t);
-        if (target < wi) break;
-        target -= wi;
-    }
-    return pick;
 }
 
 // the argmax: the lowest of the warps' lowest indices of the maximum
@@ -180,6 +99,24 @@ OJ_DEV Range warp_chunk(int V) {
     return {lo, min(V, lo + chunk)};
 }
 
+// One warp alone: the largest key T with weight(key >= T) >= need over the n logits val, where
+// weight is a count (mode 0) or a probability mass exp(l - mx) (mode 1), counting only keys >=
+// floor_key. Lane j takes entries j, j + 32, ...; the lanes' sums are added in a fixed order.
+OJ_DEV u32 warp_threshold(const float* val, int n, float mx, u32 floor_key, int mode, float need) {
+    const int lane = threadIdx.x & 31;
+    u32 prefix = 0;
+    for (int bit = 31; bit >= 0; --bit) {
+        const u32 cand = prefix | (1u << bit);
+        float s = 0.0f;
+        for (int i = lane; i < n; i += 32) {
+            const u32 k = order_key(val[i]);
+            if (k >= cand && k >= floor_key) s += mode == 0 ? 1.0f : __expf(val[i] - mx);
+        }
+        if (warp_sum(s) >= need) prefix = cand;
+    }
+    return prefix;
+}
+
 // The fast path after the compaction: warp 0 over the n candidates (val, idx: logits and token
 // ids in vocabulary order) -> the token (-1 if rounding left none). z_all: the whole row's mass
 // (top_p without top_k); use_k: top_k applies.
@@ -187,17 +124,18 @@ OJ_DEV int draw_compacted(const float* val, const int* idx, int n, float mx, con
                           float z_all, bool use_k) {
     const int lane = threadIdx.x & 31;
     u32 floor_key = 0;
-    if (use_k) floor_key = warp_threshold<COUNT>(val, n, mx, 0, (float)ip[0]);
+    if (use_k) floor_key = warp_threshold(val, n, mx, 0, 0, (float)ip[0]);
     const float top_p = fp[1];
     if (top_p < 1.0f) {
         float zc = 0.0f;
-        for (int i = lane; i < n; i += 32) zc += search_weight<MASS>(val[i], 0, floor_key, mx);
+        for (int i = lane; i < n; i += 32)
+            if (order_key(val[i]) >= floor_key) zc += __expf(val[i] - mx);
         zc = warp_sum(zc);
         const float z = use_k ? zc : z_all;  // with top_k, every candidate of top_p is here
         // without it, the candidates here are those above a lower bound of the final
         // threshold: if they hold less than the need, top_p's threshold is below them and
         // min_p's decides
-        if (zc >= top_p * z) floor_key = max(floor_key, warp_threshold<MASS>(val, n, mx, floor_key, top_p * z));
+        if (zc >= top_p * z) floor_key = max(floor_key, warp_threshold(val, n, mx, floor_key, 1, top_p * z));
     }
     const float min_p = fp[2];
     if (min_p > 0.0f) floor_key = max(floor_key, order_key(mx + logf(min_p)));
@@ -206,24 +144,37 @@ OJ_DEV int draw_compacted(const float* val, const int* idx, int n, float mx, con
     const float inv_t = 1.0f / fp[0];
     const int c = (n + 31) / 32, lo = min(n, lane * c), hi = min(n, lo + c);
     float part = 0.0f;
-    for (int i = lo; i < hi; ++i) part += draw_weight(val[i], floor_key, mx, inv_t);
+    for (int i = lo; i < hi; ++i)
+        if (order_key(val[i]) >= floor_key) part += __expf((val[i] - mx) * inv_t);
     // every lane walks the 32 partial sums in order (the same bits on each)
+    const u64 seed = (u64)(u32)ip[1] | ((u64)(u32)ip[2] << 32);
+    const u64 x = splitmix64(seed ^ splitmix64((u64)(u32)ip[3]));
     float total = 0.0f;
     for (int j = 0; j < 32; ++j) total += __shfl_sync(0xffffffffu, part, j);
-    float target = draw_target(ip, total);
-    const int owner = draw_part([&](int j) { return __shfl_sync(0xffffffffu, part, j); }, 32, target);
+    float target = (float)(x >> 40) * (1.0f / 16777216.0f) * total;
+    int owner = -1, last = 0;
+    for (int j = 0; j < 32; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, part, j);
+        if (owner >= 0) continue;
+        if (pj > 0.0f) last = j;
+        if (target < pj) owner = j;
+        else target -= pj;
+    }
+    if (owner < 0) owner = last, target = 0.0f;  // rounding at the very end
     int pick = -1;
     if (lane == owner) {
-        const int at = draw_in(val, lo, hi, floor_key, mx, inv_t, target);
-        pick = at >= 0 ? idx[at] : -1;
+        for (int i = lo; i < hi; ++i) {
+            if (order_key(val[i]) < floor_key) continue;
+            pick = idx[i];
+            const float wi = __expf((val[i] - mx) * inv_t);
+            if (target < wi) break;
+            target -= wi;
+        }
     }
     return __shfl_sync(0xffffffffu, pick, owner);
 }
 
-// One CTA per SM at least (the second bound): without it sm_80's ptxas aims for two, takes 32
-// registers and spills in the unrolled count over the threads' maxima (v37b's sampler, the
-// count's loop rolled, took 98 us a launch for main's 88).
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(float* logits, int V, const float* fparams, const int* iparams,
                 const int* pen_off, const int* pen_tok, const int* pen_cnt, int* out) {
     oj_grid_dep_early();
@@ -237,10 +188,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
     apply_penalties(lg, fp, pen_tok, pen_cnt, pen_off[row], pen_off[row + 1]);
     const Range r = my_range(V), wc = warp_chunk(V);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float temp = fp[0], top_p = fp[1], min_p = fp[2];
-    const int top_k = ip[0];
-    const bool use_k = top_k > 0 && top_k < V;
-    const bool want_z = temp > 0.0f && !use_k && top_p < 1.0f;  // top_p alone: the row's mass
 
     // argmax with the lowest index on ties (also the greedy answer; each thread's indices rise)
     float best = -OJ_INF;
@@ -254,35 +201,41 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
     __syncthreads();
     if ((threadIdx.x & 31) == 0) sidx[threadIdx.x >> 5] = cand;
     __syncthreads();
+    const float temp = fp[0];
     if (temp <= 0.0f) {
         if (threadIdx.x == 0) out[row] = lowest(sidx);
         return;
     }
 
-    const bool bound_k = use_k && top_k <= SAMPLE_THREADS;
-    if (bound_k || (!use_k && (top_p < 1.0f || min_p > 0.0f))) {
+    const int top_k = ip[0];
+    const float min_p = fp[2];
+    const bool use_k = top_k > 0 && top_k < V;
+    const float top_p = fp[1];
+    const bool bound_p = !use_k && top_p < 1.0f;  // top_p alone (with or without min_p)
+    if ((use_k && top_k <= SAMPLE_THREADS) || bound_p || (!use_k && min_p > 0.0f)) {
         // the fast path (header): L, then the candidates >= L compacted per warp, in order
         __shared__ u32 low_key;
         __shared__ int ccount[SAMPLE_WARPS];
         __shared__ float cval[SAMPLE_WARPS * SAMPLE_CAPW];
         __shared__ int cidx[SAMPLE_WARPS * SAMPLE_CAPW];
-        // top_p alone bounds its threshold by the threads' maxima (below), which needs the row's
-        // mass: one more pass over the row, for such rows alone
+        // top_p alone: the row's mass, for its bound (one more pass, for such rows alone)
         float z_all = 0.0f;
-        if (want_z) {
+        if (bound_p) {
             float z = 0.0f;
             for (int i = wc.lo + lane; i < wc.hi; i += 32) z += __expf(lg[i] - mx);
             z_all = block_sum(z, scratch);
         }
-        if (bound_k || want_z) {
+        if (use_k || bound_p) {
             // top_k: at least top_k logits are >= the top_k-th largest of the threads' maxima;
-            // top_p: the logits >= the lowest of the largest maxima that together hold top_p of
-            // the mass hold it too. No such maxima (they hold less): 0, no bound.
+            // top_p: the logits >= the lowest of the largest maxima that together hold top_p
+            // of the mass hold it too (0, no bound, where all the maxima hold less)
             part[threadIdx.x] = best;
             __syncthreads();
             if (warp == 0) {
-                const u32 t = bound_k ? warp_threshold<COUNT>(part, SAMPLE_THREADS, mx, 0, (float)top_k)
-                                      : warp_threshold<MASS>(part, SAMPLE_THREADS, mx, 0, top_p * z_all);
+                // the mass's search over blockDim.x entries, not the constant: unrolled, it
+                // spills on sm_80 (ptxas takes 32 registers)
+                const u32 t = use_k ? warp_threshold(part, SAMPLE_THREADS, mx, 0, 0, (float)top_k)
+                                    : warp_threshold(part, blockDim.x, mx, 0, 1, top_p * z_all);
                 if (lane == 0) low_key = t;
             }
         } else if (threadIdx.x == 0) {
@@ -336,12 +289,13 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
     }
 
     u32 floor_key = 0;
-    if (use_k) floor_key = search_threshold<COUNT>(lg, r, 0, mx, (float)top_k, scratch);
+    if (use_k) floor_key = search_threshold(lg, r, 0, mx, 0, (float)top_k, scratch);
     if (top_p < 1.0f) {
         float z = 0.0f;
-        for (int i = r.lo; i < r.hi; ++i) z += search_weight<MASS>(lg[i], 0, floor_key, mx);
+        for (int i = r.lo; i < r.hi; ++i)
+            if (order_key(lg[i]) >= floor_key) z += __expf(lg[i] - mx);
         const float zt = block_sum(z, scratch);
-        const u32 kp = search_threshold<MASS>(lg, r, floor_key, mx, top_p * zt, scratch);
+        const u32 kp = search_threshold(lg, r, floor_key, mx, 1, top_p * zt, scratch);
         floor_key = max(floor_key, kp);
     }
     if (min_p > 0.0f) floor_key = max(floor_key, order_key(mx + logf(min_p)));
@@ -350,19 +304,37 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
     // draw: weights exp((l - mx) / temp) over survivors, prefix sums in thread order
     const float inv_t = 1.0f / temp;
     float w = 0.0f;
-    for (int i = r.lo; i < r.hi; ++i) w += draw_weight(lg[i], floor_key, mx, inv_t);
+    for (int i = r.lo; i < r.hi; ++i)
+        if (order_key(lg[i]) >= floor_key) w += __expf((lg[i] - mx) * inv_t);
     part[threadIdx.x] = w;
     __syncthreads();
     if (threadIdx.x == 0) {
+        const u64 seed = (u64)(u32)ip[1] | ((u64)(u32)ip[2] << 32);
+        const u64 x = splitmix64(seed ^ splitmix64((u64)(u32)ip[3]));
         float total = 0.0f;
         for (int i = 0; i < SAMPLE_THREADS; ++i) total += part[i];
-        float target = draw_target(ip, total);
-        sidx[0] = draw_part([&](int j) { return part[j]; }, SAMPLE_THREADS, target);
+        float target = (float)(x >> 40) * (1.0f / 16777216.0f) * total;
+        int owner = -1, last = 0;
+        for (int i = 0; i < SAMPLE_THREADS && owner < 0; ++i) {
+            if (part[i] > 0.0f) last = i;
+            if (target < part[i]) owner = i;
+            else target -= part[i];
+        }
+        if (owner < 0) owner = last, target = 0.0f;  // rounding at the very end
+        sidx[0] = owner;
         scratch[0] = target;
     }
     __syncthreads();
     if ((int)threadIdx.x == sidx[0]) {
-        const int pick = draw_in(lg, r.lo, r.hi, floor_key, mx, inv_t, scratch[0]);
+        float target = scratch[0];
+        int pick = -1;
+        for (int i = r.lo; i < r.hi; ++i) {
+            if (order_key(lg[i]) < floor_key) continue;
+            pick = i;
+            const float wi = __expf((lg[i] - mx) * inv_t);
+            if (target < wi) break;
+            target -= wi;
+        }
         out[row] = pick >= 0 ? pick : bi;
     }
 }
