@@ -5,6 +5,8 @@ One run prints a manifest (GPU, clocks, driver, CUDA, commit), measures the card
 (device-to-device copy), then times, as CUDA-graph replays:
   * the weight pass alone (every trunk matrix + LM head, one product each, in layer order),
   * the whole decode step of engine/cuda/backend.py (when --step) at 1, 2, 4, 8, 12, 16, 20 rows,
+    drawn greedily, and at 1, 4 and 12 rows with llama-server's default sampling (what an
+    agent's requests get),
   * prefill throughput at 512 and 8192 tokens (--step),
 and prints achieved GB/s and the ratio to the floor (weight bytes / measured bandwidth).
 Usage: python bench/decode.py [--rows 1,2,4,...] [--step] [--json OUT]
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
+from engine.backend import SamplingParams  # noqa: E402
 from engine.cuda import kernels, weights  # noqa: E402
 from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type  # noqa: E402
 
@@ -155,11 +158,12 @@ def step_layouts(n_rows: int) -> tuple[int, int]:
     raise ValueError(f"no layout for {n_rows} rows")
 
 
-def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) -> float:
+def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int, sampling: SamplingParams | None = None) -> float:  # fmt: skip
     """Graph-replay milliseconds of one step: slot i has per_slot[i] rows at positions context..,
     the last min(n_sample, rows) of them through the LM head and the draw (decode: all of them;
-    prefill: the last; or one decoding slot beside a prefill chunk)."""
-    lay = step_layout(backend, per_slot, context, n_sample)
+    prefill: the last; or one decoding slot beside a prefill chunk); drawn greedily, or as
+    `sampling` says."""
+    lay = step_layout(backend, per_slot, context, n_sample, sampling)
 
     def launch() -> None:
         backend.fwd.step_launches(lay)
@@ -167,12 +171,13 @@ def time_rows(backend: Any, per_slot: list[int], context: int, n_sample: int) ->
     return time_graph(launch) * 1e3
 
 
-def step_layout(backend: Any, per_slot: list[int], context: int, n_sample: int) -> Any:
-    """The workspace's rows, segments, samples and page tables set for time_rows's step -> the
-    step's Layout (for backend.fwd.step_launches)."""
+def step_layout(backend: Any, per_slot: list[int], context: int, n_sample: int, sampling: SamplingParams | None = None) -> Any:  # fmt: skip
+    """The workspace's rows, segments, samples, sampling parameters (greedy unless `sampling`)
+    and page tables set for time_rows's step -> the step's Layout (for
+    backend.fwd.step_launches)."""
     import numpy as np
 
-    from engine.cuda.forward import Layout
+    from engine.cuda.forward import Layout, sampling_rows
 
     ws, T, slots = backend.ws, sum(per_slot), len(per_slot)
     first = np.concatenate([[0], np.cumsum(per_slot)[:-1]]).astype(np.int32)
@@ -190,6 +195,11 @@ def step_layout(backend: Any, per_slot: list[int], context: int, n_sample: int) 
         [np.arange(f + n - min(n_sample, n), f + n) for f, n in zip(first, per_slot, strict=True)]
     )
     ws.sample_idx[: sampled.size].set(sampled.astype(np.int32))
+    params = [sampling or SamplingParams(temperature=0.0)] * sampled.size
+    fp, ip = sampling_rows(params, list(range(sampled.size)))
+    ws.fparams[: sampled.size].set(fp)
+    ws.iparams[: sampled.size].set(ip)
+    ws.pen_off[: sampled.size + 1].set(np.zeros(sampled.size + 1, np.int32))  # no penalties
     # each slot its own pages (slot i: pages i*P ..), so attention reads as much KV as it would
     need = -(-(context + max(per_slot)) // backend.pool.page_size)
     if need * slots > backend.pool.total_tokens // backend.pool.page_size:
@@ -203,12 +213,13 @@ def step_layout(backend: Any, per_slot: list[int], context: int, n_sample: int) 
     return Layout.of_rows(T, slots, int(sampled.size), ws.t_save >= T, context, last, below)
 
 
-def decode_steps(backend: Any, rows: list[int], context: int) -> list[dict[str, Any]]:
-    """Graph-replay time of whole decode steps (trunk + LM head + draws) at `context` tokens."""
+def decode_steps(backend: Any, rows: list[int], context: int, sampling: SamplingParams | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Graph-replay time of whole decode steps (trunk + LM head + draws) at `context` tokens,
+    drawn greedily or as `sampling` says."""
     out = []
     for n in rows:
         slots, per = step_layouts(n)
-        ms = time_rows(backend, [per] * slots, context, per)
+        ms = time_rows(backend, [per] * slots, context, per, sampling)
         out.append({"rows": n, "slots": slots, "ms": ms})
     return out
 
@@ -571,6 +582,9 @@ def main() -> int:
     parser.add_argument("--rows", default="1,2,4,8,12,16,20")
     parser.add_argument("--step", action="store_true", help="time whole backend steps too")
     parser.add_argument("--context", type=int, default=512)
+    parser.add_argument(
+        "--decode-only", action="store_true", help="with --step: the decode steps alone, then stop"
+    )
     parser.add_argument("--variants", action="store_true", help="time matmul tilings, then stop")
     parser.add_argument("--products", action="store_true", help="time each kind of product")
     parser.add_argument("--row-variants", action="store_true", help="time decode-size kernels")
@@ -661,6 +675,19 @@ def main() -> int:
                 flush=True,
             )
         info.update(floor_s=floor, weight_bytes=total, decode=table)
+        # the same steps drawn as an agent's requests are (they name no sampling fields, so the
+        # server's defaults apply: llama-server's temperature 0.8, top_k 40, top_p 0.95, min_p
+        # 0.05); the benchmarks' other figures draw greedily
+        sampled: list[int] = [n for n in (1, 4, 12) if n in rows]
+        info["decode_sampled"] = decode_steps(backend, sampled, args.context, SamplingParams())
+        for r in info["decode_sampled"]:
+            greedy = next(g["ms"] for g in table if g["rows"] == r["rows"])
+            print(
+                f"decode step rows={r['rows']:3d} ({r['slots']} slots), llama-server's default sampling: {r['ms']:8.3f} ms (greedy {greedy:.3f})",
+                flush=True,
+            )
+        if args.decode_only:
+            return save(info, args.json)
         for key, timed in (
             ("breakdown_1row_ms", lambda: time_rows(backend, [1], args.context, 1)),
             # four agents without drafts: the server's main case (issue 5)

@@ -7,13 +7,16 @@
 //   fast   the row's candidates above a lower bound L of the final threshold are compacted (in
 //          vocabulary order) into shared memory in one pass, and warp 0 searches and draws over
 //          them. L: with top_k (k <= SAMPLE_THREADS), the k-th largest of the threads' own
-//          maxima (at least k logits are >= it, so the top-k threshold is); otherwise with
-//          min_p, max + log(min_p). Why: the full search reads the whole row (1 MB at 248K
-//          tokens) about 32 times per threshold from one SM: 3.2 ms a step with llama-server's
-//          defaults (top_k 40, top_p 0.95, min_p 0.05), 88 us this way (bench/NOTES.md v36g).
-//   full   without such a bound (top_p alone), or when a warp's candidates overflow its share
-//          of the buffer (SAMPLE_CAPW): the search over the whole row, each thread one
-//          contiguous range.
+//          maxima (at least k logits are >= it, so the top-k threshold is); without top_k, the
+//          higher of min_p's max + log(min_p) and top_p's bound: the lowest of the largest
+//          maxima that together hold top_p of the row's mass (the logits >= it hold at least
+//          as much; the row's mass takes one more pass). Why: the full search reads the
+//          whole row (1 MB at 248K tokens) about 32 times per threshold from one SM: 3.2 ms a
+//          step with llama-server's defaults (top_k 40, top_p 0.95, min_p 0.05), 88 us this
+//          way (bench/NOTES.md v36g), and 1.7 ms with top_p alone.
+//   full   without such a bound (top_k > SAMPLE_THREADS, or top_p alone where the maxima hold
+//          less than top_p), or when a warp's candidates overflow its share of the buffer
+//          (SAMPLE_CAPW): the search over the whole row, each thread one contiguous range.
 //
 //   logits  f32 [M][V]  (penalties are applied in place)
 //   fparams f32 [M][8]  temperature, top_p, min_p, repetition, frequency, presence, -, -
@@ -129,8 +132,9 @@ OJ_DEV int draw_compacted(const float* val, const int* idx, int n, float mx, con
             if (order_key(val[i]) >= floor_key) zc += __expf(val[i] - mx);
         zc = warp_sum(zc);
         const float z = use_k ? zc : z_all;  // with top_k, every candidate of top_p is here
-        // without it, the candidates here are those above max + log(min_p): if they hold less
-        // than the need, top_p's threshold is below them and min_p's decides
+        // without it, the candidates here are those above a lower bound of the final
+        // threshold: if they hold less than the need, top_p's threshold is below them and
+        // min_p's decides
         if (zc >= top_p * z) floor_key = max(floor_key, warp_threshold(val, n, mx, floor_key, 1, top_p * z));
     }
     const float min_p = fp[2];
@@ -206,72 +210,86 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     const int top_k = ip[0];
     const float min_p = fp[2];
     const bool use_k = top_k > 0 && top_k < V;
-    if ((use_k && top_k <= SAMPLE_THREADS) || (!use_k && min_p > 0.0f)) {
+    const float top_p = fp[1];
+    const bool bound_p = !use_k && top_p < 1.0f;  // top_p alone (with or without min_p)
+    if ((use_k && top_k <= SAMPLE_THREADS) || bound_p || (!use_k && min_p > 0.0f)) {
         // the fast path (header): L, then the candidates >= L compacted per warp, in order
         __shared__ u32 low_key;
         __shared__ int ccount[SAMPLE_WARPS];
         __shared__ float cval[SAMPLE_WARPS * SAMPLE_CAPW];
         __shared__ int cidx[SAMPLE_WARPS * SAMPLE_CAPW];
-        if (use_k) {
-            part[threadIdx.x] = best;  // at least top_k logits are >= the top_k-th of these
+        // top_p alone: the row's mass, for its bound (one more pass, for such rows alone)
+        float z_all = 0.0f;
+        if (bound_p) {
+            float z = 0.0f;
+            for (int i = wc.lo + lane; i < wc.hi; i += 32) z += __expf(lg[i] - mx);
+            z_all = block_sum(z, scratch);
+        }
+        if (use_k || bound_p) {
+            // top_k: at least top_k logits are >= the top_k-th largest of the threads' maxima;
+            // top_p: the logits >= the lowest of the largest maxima that together hold top_p
+            // of the mass hold it too (0, no bound, where all the maxima hold less)
+            part[threadIdx.x] = best;
             __syncthreads();
             if (warp == 0) {
-                const u32 t = warp_threshold(part, SAMPLE_THREADS, mx, 0, 0, (float)top_k);
+                // the mass's search over blockDim.x entries, not the constant: unrolled, it
+                // spills on sm_80 (ptxas takes 32 registers)
+                const u32 t = use_k ? warp_threshold(part, SAMPLE_THREADS, mx, 0, 0, (float)top_k)
+                                    : warp_threshold(part, blockDim.x, mx, 0, 1, top_p * z_all);
                 if (lane == 0) low_key = t;
             }
         } else if (threadIdx.x == 0) {
-            low_key = order_key(mx + logf(min_p));
+            low_key = 0;
         }
         __syncthreads();
-        const u32 low = min(low_key, order_key(mx));
-        const bool need_z = !use_k && fp[1] < 1.0f;
-        float z = 0.0f;
-        int cnt = 0;  // the same on every lane of the warp
-        for (int base = wc.lo; base < wc.hi; base += 32) {
-            const int i = base + lane;
-            const float v = i < wc.hi ? lg[i] : -OJ_INF;
-            if (need_z && i < wc.hi) z += __expf(v - mx);
-            const bool keep = i < wc.hi && order_key(v) >= low;
-            const u32 m = __ballot_sync(0xffffffffu, keep);
-            const int at = cnt + __popc(m & ((1u << lane) - 1u));
-            if (keep && at < SAMPLE_CAPW) {
-                cval[warp * SAMPLE_CAPW + at] = v;
-                cidx[warp * SAMPLE_CAPW + at] = i;
-            }
-            cnt += __popc(m);
-        }
-        if (lane == 0) ccount[warp] = cnt;
-        const float z_all = need_z ? block_sum(z, scratch) : 0.0f;
-        __syncthreads();
-        bool over = false;
-        for (int w = 0; w < SAMPLE_WARPS; ++w) over |= ccount[w] > SAMPLE_CAPW;
-        if (!over) {
-            if (warp == 0) {
-                // pack the warps' lists to the front, in order (moving left: each chunk of 32
-                // is read before it is written, and later chunks lie to the right)
-                int n = 0;
-                for (int w = 0; w < SAMPLE_WARPS; ++w) {
-                    for (int e = 0; e < ccount[w]; e += 32) {
-                        const bool has = e + lane < ccount[w];
-                        const float v = has ? cval[w * SAMPLE_CAPW + e + lane] : 0.0f;
-                        const int id = has ? cidx[w * SAMPLE_CAPW + e + lane] : 0;
-                        __syncwarp();
-                        if (has) cval[n + e + lane] = v, cidx[n + e + lane] = id;
-                        __syncwarp();
-                    }
-                    n += ccount[w];
+        u32 low = low_key;
+        if (!use_k && min_p > 0.0f) low = max(low, order_key(mx + logf(min_p)));  // min_p's own
+        low = min(low, order_key(mx));
+        if (low != 0) {
+            int cnt = 0;  // the same on every lane of the warp
+            for (int base = wc.lo; base < wc.hi; base += 32) {
+                const int i = base + lane;
+                const float v = i < wc.hi ? lg[i] : -OJ_INF;
+                const bool keep = i < wc.hi && order_key(v) >= low;
+                const u32 m = __ballot_sync(0xffffffffu, keep);
+                const int at = cnt + __popc(m & ((1u << lane) - 1u));
+                if (keep && at < SAMPLE_CAPW) {
+                    cval[warp * SAMPLE_CAPW + at] = v;
+                    cidx[warp * SAMPLE_CAPW + at] = i;
                 }
-                const int pick = draw_compacted(cval, cidx, n, mx, fp, ip, z_all, use_k);
-                if (lane == 0) out[row] = pick >= 0 ? pick : lowest(sidx);
+                cnt += __popc(m);
             }
-            return;
+            if (lane == 0) ccount[warp] = cnt;
+            __syncthreads();
+            bool over = false;
+            for (int w = 0; w < SAMPLE_WARPS; ++w) over |= ccount[w] > SAMPLE_CAPW;
+            if (!over) {
+                if (warp == 0) {
+                    // pack the warps' lists to the front, in order (moving left: each chunk of
+                    // 32 is read before it is written, and later chunks lie to the right)
+                    int n = 0;
+                    for (int w = 0; w < SAMPLE_WARPS; ++w) {
+                        for (int e = 0; e < ccount[w]; e += 32) {
+                            const bool has = e + lane < ccount[w];
+                            const float v = has ? cval[w * SAMPLE_CAPW + e + lane] : 0.0f;
+                            const int id = has ? cidx[w * SAMPLE_CAPW + e + lane] : 0;
+                            __syncwarp();
+                            if (has) cval[n + e + lane] = v, cidx[n + e + lane] = id;
+                            __syncwarp();
+                        }
+                        n += ccount[w];
+                    }
+                    const int pick = draw_compacted(cval, cidx, n, mx, fp, ip, z_all, use_k);
+                    if (lane == 0) out[row] = pick >= 0 ? pick : lowest(sidx);
+                }
+                return;
+            }
         }
-        __syncthreads();  // `part` is read again below
+        __syncthreads();  // `part` is written again below
     }
 
     u32 floor_key = 0;
     if (use_k) floor_key = search_threshold(lg, r, 0, mx, 0, (float)top_k, scratch);
-    const float top_p = fp[1];
     if (top_p < 1.0f) {
         float z = 0.0f;
         for (int i = r.lo; i < r.hi; ++i)

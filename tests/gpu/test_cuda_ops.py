@@ -390,7 +390,8 @@ def test_greedy_with_penalties_matches_reference() -> None:
         assert got[i] == want
 
 
-# sample.cu's paths: the fast one (top_k <= 1,024, or min_p) and the full search (top_p alone)
+# sample.cu's paths: the fast one (top_k <= 1,024, min_p, or top_p alone bounded by the threads'
+# maxima) and the full search (the tests below)
 @pytest.mark.parametrize("params", [
     SamplingParams(temperature=0.7, top_k=12, top_p=1.0, min_p=0.0),
     SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0),
@@ -411,6 +412,14 @@ def test_sampled_frequencies_when_the_fast_path_overflows() -> None:
     row = rng.standard_normal(8192).astype(np.float32)
     row[:400] += 6.0
     _check_frequencies(SamplingParams(temperature=1.0, top_k=300, top_p=1.0, min_p=0.0), row)
+
+
+def test_sampled_frequencies_when_the_maxima_hold_too_little() -> None:
+    """A nearly flat row of 8,192 tokens: the threads' maxima (one in eight logits) hold far
+    less than top_p of the mass, so top_p alone has no bound and the full search draws."""
+    rng = np.random.default_rng(6)
+    row = (rng.standard_normal(8192) * 0.1).astype(np.float32)
+    _check_frequencies(SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0), row)
 
 
 def _check_frequencies(params: SamplingParams, row: np.ndarray) -> None:
