@@ -27,6 +27,7 @@ def _i32(v: int) -> np.int32:
 
 
 RMSNORM_THREADS = 1024  # threads per row of rmsnorm_rows (one CTA per row: see Ops.rmsnorm)
+EMBED_THREADS = 256  # embed_rows: a CTA per row and block of this many elements, one a thread
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -260,8 +261,8 @@ def embed(w: GpuWeight, tokens: Any, out: Any) -> None:
     _check(out.shape == (tokens.shape[0], w.cols), "embed: bad output shape")
     fn = launch.kernel(build.matmul_module(), "embed_rows")
     fn(
-        (tokens.shape[0],),
-        (256,),
+        (tokens.shape[0], -(-w.cols // EMBED_THREADS)),
+        (EMBED_THREADS,),
         (*w.pointers(), _i32(w.rows), _i32(w.cols), _i32(w.ggml_type), tokens, out),
     )
 

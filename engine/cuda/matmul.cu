@@ -537,12 +537,14 @@ OJ_MMG_BOTH(f16, FragF16)
 
 // Dequantized rows of a weight (the token embedding gather, and tests of the formats).
 //   tok: i32 [T] row ids;  out: f32 [T][W.cols]
+// grid (T, ceil(cols / blockDim.x)): one element a thread. (One CTA per row, each thread
+// dequantizing cols / 256 elements one after another, took 12.9 us for a row of 5,120 on the
+// H200: a chain of dependent loads per element; bench/NOTES.md v36f.)
 extern "C" __global__ void embed_rows(const u8* p0, const u8* p1, const u8* p2, const u8* p3,
                                       int rows, int cols, int type, const int* tok, float* out) {
     oj_grid_dep_early();
     const WDesc W = {p0, p1, p2, p3, rows, cols};
-    const int t = blockIdx.x, row = tok[t];
-    for (int k = threadIdx.x; k < cols; k += blockDim.x)
-        out[(size_t)t * cols + k] = wget(W, type, row, k);
+    const int t = blockIdx.x, k = blockIdx.y * blockDim.x + threadIdx.x;
+    if (k < cols) out[(size_t)t * cols + k] = wget(W, type, tok[t], k);
 }
 #endif

@@ -356,9 +356,9 @@ def test_matmul_rows_do_not_depend_on_the_batch(ggml_type: int) -> None:
 def test_embedding_rows_are_exact_dequantization(ggml_type: int) -> None:
     import cupy as cp
 
-    w, dense = _weight(ggml_type, 50, 512, 21 + ggml_type)
+    w, dense = _weight(ggml_type, 50, 768, 21 + ggml_type)  # three CTAs per row
     tokens = np.array([3, 0, 49, 3, 17], dtype=np.int32)
-    out = cp.full((5, 512), np.nan, dtype=cp.float32)
+    out = cp.full((5, 768), np.nan, dtype=cp.float32)
     kernels.embed(w, cp.asarray(tokens), out)
     np.testing.assert_allclose(cp.asnumpy(out), dense[tokens], rtol=1e-6, atol=1e-7)
 
