@@ -232,8 +232,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
             part[threadIdx.x] = best;
             __syncthreads();
             if (warp == 0) {
-                // the mass's search over blockDim.x entries, not the constant: unrolled, it
-                // spills on sm_80 (ptxas takes 32 registers)
+                // the mass's search over blockDim.x entries, not the constant: unrolled, ptxas
+                // chose 32 registers for the kernel and spilled (sm_90)
                 const u32 t = use_k ? warp_threshold(part, SAMPLE_THREADS, mx, 0, 0, (float)top_k)
                                     : warp_threshold(part, blockDim.x, mx, 0, 1, top_p * z_all);
                 if (lane == 0) low_key = t;
