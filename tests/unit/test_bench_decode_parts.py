@@ -1,15 +1,17 @@
-"""bench/decode.py's per-op figures, on the CPU with stand-in launchers: `breakdown` gives what
+"""bench/decode.py's parts on the CPU with stand-ins: the per-op figures (`breakdown` gives what
 leaving each kind of op out of a step saves, `alone` each kind's own time with every other kind
-left out, and both put every launcher back."""
+left out, and both put every launcher back), and the step layouts' sampling parameters."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bench import decode
+from engine.backend import SamplingParams
 from engine.cuda import kernels
 
 COSTS = {
@@ -64,3 +66,45 @@ def test_dims_settings_time_the_defaults_first_unless_named() -> None:
     assert decode.dims_settings("dn_cb=16,att_splits=32") == ["", "dn_cb=16", "att_splits=32"]
     assert decode.dims_settings(",dn_cb=16") == ["", "dn_cb=16"]
     assert decode.dims_settings("dn_cb=16,") == ["dn_cb=16", ""]
+
+
+class _DeviceArray(np.ndarray):
+    """A numpy stand-in for the workspace's CuPy arrays: `set` copies a host array in."""
+
+    def set(self, value: np.ndarray) -> None:
+        self[...] = value
+
+
+def _fake_step_backend(max_rows: int = 16, slots: int = 8) -> Any:
+    def dev(shape: tuple[int, ...], dtype: Any = np.int32) -> _DeviceArray:
+        return np.zeros(shape, dtype).view(_DeviceArray)
+
+    ws = SimpleNamespace(
+        row_tok=dev((max_rows,)), row_pos=dev((max_rows,)), row_slot=dev((max_rows,)),
+        row_first=dev((max_rows,)), seg=dev((5, slots)), sample_idx=dev((max_rows,)),
+        fparams=dev((max_rows, 8), np.float32), iparams=dev((max_rows, 4)),
+        pen_off=dev((max_rows + 1,)), page_table=dev((slots, 64)), t_save=64,
+    )  # fmt: skip
+    ops = SimpleNamespace(dims=SimpleNamespace(att_core_below=2048))
+    return SimpleNamespace(
+        ws=ws,
+        pool=SimpleNamespace(page_size=16, total_tokens=16 * 512),
+        forget_page_table=lambda: None,
+        fwd=SimpleNamespace(ops=ops),
+    )
+
+
+def test_step_layout_draws_greedily_or_as_the_sampling_says() -> None:
+    """decode.py's sampled steps (v37) write each sampled row's parameters; the others draw
+    greedily (temperature 0), also after a sampled step set them."""
+    backend = _fake_step_backend()
+    ws = backend.ws
+    ws.pen_off[:] = 7  # stale penalty offsets: the step has no penalties
+    lay = decode.step_layout(backend, [2] * 3, 512, 2, SamplingParams())
+    assert (lay.n_rows, lay.n_seg, lay.n_sample) == (6, 3, 6)
+    np.testing.assert_allclose(ws.fparams[:6, :3], [[0.8, 0.95, 0.05]] * 6)
+    assert ws.iparams[:6, 0].tolist() == [40] * 6
+    assert ws.iparams[:6, 3].tolist() == list(range(6))  # each row its own draw counter
+    assert ws.pen_off[:7].tolist() == [0] * 7
+    decode.step_layout(backend, [1] * 4, 512, 1)
+    assert ws.fparams[:4, 0].tolist() == [0.0] * 4
