@@ -363,7 +363,30 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"deep_types": NO_TURNS},
     {"deep_types": NO_TURNS, "deep_all": True},
     {"deep_all": True},
+    # the weight loads' cache policies (quant.cuh wld4: L1::no_allocate, with an L2 evict_first
+    # policy, with an L2::256B prefetch-size hint; the same bits)
+    {"weight_hint": 1},
+    {"weight_hint": 2},
+    {"weight_hint": 3},
 ]
+
+
+def _build_variant(fields: dict[str, Any]) -> None:
+    from engine.cuda import build
+
+    build.matmul_module(build.MatmulConfig(**fields))
+
+
+def prebuild_variants(variants: list[dict[str, Any]]) -> None:
+    """Compile every variant's product module at once, a process each (NVRTC compiles one on
+    one core in about a minute; a sweep would otherwise build them one after another on the
+    device's time). The kernel cache then holds them for the sweep."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")  # no CUDA state inherited
+    with ProcessPoolExecutor(max(1, len(variants)), mp_context=ctx) as pool:
+        list(pool.map(_build_variant, variants))
 
 
 def model_products(model: Any) -> list[weights.GpuWeight]:
@@ -526,8 +549,11 @@ def setting_sweep(backend: Any, label: str, settings: list[dict[str, Any]], appl
     return out
 
 
-def deltanet_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
-    """Decode steps (1, 4, 8 slots) and a 512-row prompt chunk, and prefill throughput, with
+def deltanet_sweep(
+    backend: Any, settings: list[str], rows: list[int] | None = None
+) -> list[dict[str, Any]]:
+    """Decode steps (rows, as step_layouts lays them out; default 1, 4, 8 slots) and a 512-row
+    prompt chunk, and prefill throughput, with
     the DeltaNet recurrence over each number of state columns per CTA (KernelDims.dn_cb) in
     every pass of at least forward.DN_SPLIT_ROWS rows; 0: no pass split. "CB@R": CB columns
     per CTA from passes of R rows (R = 1: decode steps too, with dn_gate_norm after them)."""
@@ -549,8 +575,8 @@ def deltanet_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
         forward.DN_SPLIT_ROWS = setting["split_rows"] if cb else 1 << 30
 
     parsed = [v.partition("@") for v in settings]
-    rows = [{"dn_cb": int(cb), "split_rows": int(r or rows0)} for cb, _, r in parsed]
-    return setting_sweep(backend, "deltanet", rows, apply, [1, 4, 8])
+    points = [{"dn_cb": int(cb), "split_rows": int(r or rows0)} for cb, _, r in parsed]
+    return setting_sweep(backend, "deltanet", points, apply, rows or [1, 4, 8])
 
 
 def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
@@ -611,12 +637,19 @@ def main() -> int:
         default="",
         help="only the row variants that set these fields (comma-separated), beside the default",
     )
+    parser.add_argument(
+        "--prebuild",
+        action="store_true",
+        help="compile the row variants' product modules in parallel first",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.keys:
         wanted = set(args.keys.split(","))
         ROW_VARIANTS[:] = [v for v in ROW_VARIANTS if set(v) <= wanted]
     require_gpu("bench/decode.py")
+    if args.prebuild:
+        prebuild_variants(ROW_VARIANTS)
     rows = [int(r) for r in args.rows.split(",")]
     info: dict[str, Any] = {"manifest": manifest()}
     from engine.cuda import launch
@@ -651,7 +684,10 @@ def main() -> int:
         if args.products:
             info["products"] = product_classes(model, [1, 4, 12])
         if args.deltanet:  # the sweep alone, then stop
-            info["deltanet"] = deltanet_sweep(backend, args.deltanet.split(","))
+            rows_given = args.rows != parser.get_default("rows")
+            info["deltanet"] = deltanet_sweep(
+                backend, args.deltanet.split(","), rows if rows_given else None
+            )
             return save(info, args.json)
         if args.matmul_steps:  # the comparison alone, then stop
             info["matmul_steps"] = matmul_sweep(backend, rows)
