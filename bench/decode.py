@@ -368,6 +368,11 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"weight_hint": 1},
     {"weight_hint": 2},
     {"weight_hint": 3},
+    # the FFN's down product waiting for h chunk by chunk, not for the whole gate|up launch
+    # (matmul.cu, chunk dependencies; the same bits); 2: for the whole count through the same
+    # counters (what part of 1's effect is the overlap)
+    {"chunk_deps": 1},
+    {"chunk_deps": 2},
 ]
 
 
@@ -521,20 +526,22 @@ def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def sweep_point(backend: Any, label: str, row: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+def sweep_point(backend: Any, label: str, row: dict[str, Any], rows: list[int], decode_only: bool = False) -> dict[str, Any]:  # fmt: skip
     """One variant of a sweep: decode steps at each row count (512-token contexts), a 512-row
-    prompt chunk and prefill throughput at 512 and 8192 tokens, added to `row` and printed."""
+    prompt chunk and prefill throughput at 512 and 8192 tokens (not with decode_only), added to
+    `row` and printed."""
     for n in rows:
         slots, per = step_layouts(n)
         row[f"decode_{n}_ms"] = time_rows(backend, [per] * slots, 512, per)
-    row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
-    row["prefill512_tok_s"] = prefill(backend, 512)
-    row["prefill8192_tok_s"] = prefill(backend, 8192)
+    if not decode_only:
+        row["chunk512_ms"] = time_rows(backend, [512], 0, 1)
+        row["prefill512_tok_s"] = prefill(backend, 512)
+        row["prefill8192_tok_s"] = prefill(backend, 8192)
     print(label, json.dumps(row), flush=True)
     return row
 
 
-def setting_sweep(backend: Any, label: str, settings: list[dict[str, Any]], apply: Callable[[dict[str, Any] | None], None], rows: list[int]) -> list[dict[str, Any]]:  # fmt: skip
+def setting_sweep(backend: Any, label: str, settings: list[dict[str, Any]], apply: Callable[[dict[str, Any] | None], None], rows: list[int], decode_only: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     """sweep_point under each setting, in one run: apply(setting) before it, apply(None) puts the
     default back at the end; the graphs captured under the previous setting are dropped."""
     fwd, out = backend.fwd, []
@@ -542,7 +549,7 @@ def setting_sweep(backend: Any, label: str, settings: list[dict[str, Any]], appl
         for setting in settings:
             apply(setting)
             fwd.use_ops(fwd.ops)
-            out.append(sweep_point(backend, label, dict(setting), rows))
+            out.append(sweep_point(backend, label, dict(setting), rows, decode_only))
     finally:
         apply(None)
         fwd.use_ops(fwd.ops)
@@ -590,9 +597,9 @@ def pdl_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
     return setting_sweep(backend, "pdl", [{"pdl": False}, {"pdl": True}], apply, rows)
 
 
-def matmul_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
-    """Decode steps, a 512-row chunk and prefill under each weight-product tiling of
-    ROW_VARIANTS (build.MatmulConfig), in one run."""
+def matmul_sweep(backend: Any, rows: list[int], decode_only: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    """Decode steps, a 512-row chunk and prefill (not with decode_only) under each
+    weight-product tiling of ROW_VARIANTS (build.MatmulConfig), in one run."""
     from engine.cuda import build
 
     default = build.MATMUL_CONFIG
@@ -600,7 +607,7 @@ def matmul_sweep(backend: Any, rows: list[int]) -> list[dict[str, Any]]:
     def apply(setting: dict[str, Any] | None) -> None:
         build.MATMUL_CONFIG = default if setting is None else build.MatmulConfig(**setting)
 
-    return setting_sweep(backend, "matmul", ROW_VARIANTS, apply, rows)
+    return setting_sweep(backend, "matmul", ROW_VARIANTS, apply, rows, decode_only)
 
 
 def main() -> int:
@@ -609,7 +616,9 @@ def main() -> int:
     parser.add_argument("--step", action="store_true", help="time whole backend steps too")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument(
-        "--decode-only", action="store_true", help="with --step: the decode steps alone, then stop"
+        "--decode-only",
+        action="store_true",
+        help="with --step: the decode steps alone, then stop; with --matmul-steps: no prefill",
     )
     parser.add_argument("--variants", action="store_true", help="time matmul tilings, then stop")
     parser.add_argument("--products", action="store_true", help="time each kind of product")
@@ -690,7 +699,7 @@ def main() -> int:
             )
             return save(info, args.json)
         if args.matmul_steps:  # the comparison alone, then stop
-            info["matmul_steps"] = matmul_sweep(backend, rows)
+            info["matmul_steps"] = matmul_sweep(backend, rows, args.decode_only)
             return save(info, args.json)
         if args.pdl:  # the comparison alone, then stop
             info["pdl"] = pdl_sweep(backend, rows)

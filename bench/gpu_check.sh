@@ -173,7 +173,8 @@ if [ "$MODE" = turns ]; then  # product and backend tests, then turns on/off as 
   timeout 150 python3 bench/decode.py --step --matmul-steps --keys turns --rows "${ROWS:-1,4,12}" --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
 fi
 if [ "$MODE" = keys ]; then  # MatmulConfig switches KEYS on and off as whole steps, then TESTS (~4 min)
-  timeout "${BENCH_S:-150}" python3 bench/decode.py --step --matmul-steps --prebuild \
+  # DECODE_ONLY=1: the decode steps alone (no 512-row chunk, no prefill: ~20 s a variant less)
+  timeout "${BENCH_S:-150}" python3 bench/decode.py --step --matmul-steps --prebuild ${DECODE_ONLY:+--decode-only} \
     --keys "${KEYS:?KEYS: MatmulConfig fields, comma-separated}" --rows "${ROWS:-1,4}" \
     --json "$OUT/matmul_steps.json" 2>&1 | tee "$OUT/matmul_steps.log" | grep "^matmul\|floor"
   # TESTS: a pytest -k expression over tests/gpu (the product module is in the kernel cache now)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -295,6 +296,19 @@ def _unpack_llama_tree(archive: Path, destination: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+# x86-64 builds leave out AMX, which GGML_NATIVE's -march=native turns on wherever the CPU
+# lists it: on a Sapphire Rapids host here llama.cpp's AMX q6_K kernel died with SIGILL
+# (`tilezero`) in llama-bench and would in llama-server, although a plain AMX program ran
+# there; ggml's AVX-512 path serves instead. OpenJet's users run the fallback on desktop CPUs,
+# which have no AMX, so nothing is lost for them.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cpu_flags() -> str:
+    """The C/C++ flags this machine's llama.cpp builds take (recorded in the build's marker)."""
+    return NO_AMX_FLAGS if platform.machine() in ("x86_64", "AMD64") else ""
+
+
 def cmake_configure_args(layout: BuildLayout) -> list[str]:
     """cmake options: Release, static, only what llama-server needs, CUDA only when asked."""
     args = [
@@ -307,6 +321,8 @@ def cmake_configure_args(layout: BuildLayout) -> list[str]:
     ]  # fmt: skip
     if layout.cuda:
         args.append("-DCMAKE_CUDA_ARCHITECTURES=native")  # only the GPU here: a far shorter build
+    if cpu_flags():
+        args += [f"-DCMAKE_C_FLAGS={cpu_flags()}", f"-DCMAKE_CXX_FLAGS={cpu_flags()}"]
     if shutil.which("ninja"):
         args[4:4] = ["-G", "Ninja"]
     return args
@@ -340,6 +356,7 @@ def _write_marker(
         "binary": str(layout.binary),
         "targets": list(targets),
         "cmake_args": cmake_configure_args(layout),
+        "cpu_flags": cpu_flags(),
         "build_seconds": round(seconds, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
