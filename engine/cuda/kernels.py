@@ -259,8 +259,9 @@ def _product(
     tile = cfg.row_tile(w.ggml_type, R, xh is not None, w.rows, _sm_count())
     if tile.packed:
         io = (*packed, *io[2:])
-    dep = (np.uint64(0), _i32(0)) if deps is None else (deps[0], _i32(deps[1]))
-    args = (*w.pointers(), *shape, *io, *dep)
+    args: tuple[Any, ...] = (*w.pointers(), *shape, *io)
+    if not cfg.tiled(R):  # the row kernels' chunk dependencies (none: null and 0)
+        args += (np.uint64(0), _i32(0)) if deps is None else (deps[0], _i32(deps[1]))
     name = tile.name + ("w" if deps is not None and deps[1] != 0 else "")
     fn = launch.kernel(build.matmul_module(cfg), name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
