@@ -196,21 +196,22 @@ OJ_DEV void dep_signal(u32* dep, int chunk, int n_chunks) {
         atomicAdd(dep + n_chunks, 1u);
     }
 }
-// The consumer's wait (a warp; every lane loads the same counter, so the branch is uniform):
-// until chunk sb is complete (need producer CTAs), unless the whole product is known complete
-// (`ready`, then no more loads). The whole count is asked at the warp's first super-block and
-// every fourth after; on seeing it complete the warp releases the kernel's dependents, as
-// oj_grid_dep releases a product's after its wait. Each acquire invalidates L1 (CCTL.IVALL), so
-// the activations loaded after it come from L2, written. A count that never completes (a bug)
-// traps instead of hanging the GPU.
-// need < 0 (MatmulConfig.chunk_deps 2, a diagnostic): wait for the whole count (-need per
-// chunk) at the first super-block, as griddepcontrol.wait would, but through the counters.
+// Spins on a counter until it holds value; a count that never completes (a bug) traps instead
+// of hanging the GPU.
 OJ_DEV void spin_until(const u32* counter, u32 value) {
     for (u32 spins = 0; ld_acquire_gpu(counter) < value; ++spins) {
         if (spins > (1u << 24)) __trap();
         __nanosleep(64);
     }
 }
+// The consumer's wait (a warp; every lane loads the same counter, so the branch is uniform):
+// until chunk sb is complete (need producer CTAs), unless the whole product is known complete
+// (`ready`, then no more loads). The whole count is asked at the warp's first super-block and
+// every fourth after; on seeing it complete the warp releases the kernel's dependents, as
+// oj_grid_dep releases a product's after its wait. Each acquire invalidates L1 (CCTL.IVALL), so
+// the activations loaded after it come from L2, written. need < 0 (MatmulConfig.chunk_deps 2, a
+// diagnostic): the whole count (-need per chunk) awaited at the first super-block, as
+// griddepcontrol.wait would, but through the counters.
 struct ChunkWait {
     const u32* dep;
     int need;
