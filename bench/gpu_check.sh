@@ -101,6 +101,13 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 OPENJET_HOME=${OPENJET_HOME:-/tmp/openjet-home}
+# cubins compiled off the device (bench/prebuild_kernels.py, carry .kcache): used where their
+# NVRTC and CuPy versions are this machine's (the cache key has both)
+if [ -d .kcache ]; then
+  mkdir -p "$OPENJET_HOME/cache/kernels" && cp -n .kcache/*.cubin "$OPENJET_HOME/cache/kernels/"
+  echo "kcache: $(ls .kcache/*.cubin | wc -l) cubins, $(cat .kcache/VERSIONS); here: $(python3 -c \
+    'import cupy; print("nvrtc", cupy.cuda.nvrtc.getVersion(), "cupy", cupy.__version__)')"
+fi
 # the accuracy tests append their figures here as they finish (pytest-xdist prints at the end)
 export OJ_FIGURES=${OJ_FIGURES:-$OUT/figures.txt}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

@@ -123,15 +123,26 @@ def build_module(
     """A cupy.RawModule holding `sources`, compiled (or read from the cache) for this GPU."""
     import cupy
 
-    arch = detected_arch()
+    return cupy.RawModule(path=str(module_cubin(sources, detected_arch(), dims, extra)))
+
+
+def module_cubin(
+    sources: tuple[str, ...],
+    arch: int,
+    dims: KernelDims | None = None,
+    extra: tuple[str, ...] = (),
+    cache: Path | None = None,
+) -> Path:
+    """The cached cubin of `sources` for sm_`arch`, compiled first where the cache (default:
+    kernel_cache_dir()) lacks it. Needs NVRTC alone, no GPU (bench/prebuild_kernels.py)."""
     options = ("-std=c++17", *(dims.defines() if dims else ()), *extra)
     source = module_source(sources)
-    path = kernel_cache_dir() / f"{cache_key(source, options, arch)}.cubin"
+    path = (cache or kernel_cache_dir()) / f"{cache_key(source, options, arch)}.cubin"
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")  # pytest-xdist workers build at once
         tmp.write_bytes(_compile_cubin(source, options, arch))
         tmp.replace(path)  # atomic: a concurrent build never sees half a file
-    return cupy.RawModule(path=str(path))
+    return path
 
 
 MAX_NT = 4  # activation rows per pass of wmat_rows = 8 * NT
