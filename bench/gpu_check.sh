@@ -104,7 +104,8 @@ export PYTHONUNBUFFERED=1 OPENJET_HOME=${OPENJET_HOME:-/tmp/openjet-home}
 # cubins compiled off the device (bench/prebuild_kernels.py, carry .kcache): used where their
 # NVRTC and CuPy versions are this machine's (the cache key has both)
 if [ -d .kcache ]; then
-  mkdir -p "$OPENJET_HOME/cache/kernels" && cp -n .kcache/*.cubin "$OPENJET_HOME/cache/kernels/"
+  kdir=$OPENJET_HOME/cache/kernels
+  mkdir -p "$kdir" && for f in .kcache/*.cubin; do [ -e "$kdir/${f##*/}" ] || cp "$f" "$kdir/"; done
   echo "kcache: $(ls .kcache/*.cubin | wc -l) cubins, $(cat .kcache/VERSIONS); here: $(python3 -c \
     'import cupy; print("nvrtc", cupy.cuda.nvrtc.getVersion(), "cupy", cupy.__version__)')"
 fi
