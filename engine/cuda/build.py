@@ -220,7 +220,7 @@ class MatmulConfig:
     # SwiGLU epilogue writes it, instead of for that whole launch (matmul.cu, chunk
     # dependencies; forward.Forward._ffn); 2: for the whole count through the same counters (a
     # diagnostic of 1); 0: griddepcontrol.wait. The same bits every way. Not a define: every
-    # module has both kernels.
+    # module has both kernels. Measured slower (bench/NOTES.md v39a: 1 row +0.26 ms on an H100).
     chunk_deps: int = 0
 
     def defines(self) -> tuple[str, ...]:
