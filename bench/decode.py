@@ -376,6 +376,13 @@ ROW_VARIANTS: list[dict[str, Any]] = [
 ]
 
 
+def row_variants_of(keys: str) -> list[dict[str, Any]]:
+    """The row variants that set only these MatmulConfig fields (comma-separated; the defaults,
+    {}, among them): what --keys times."""
+    wanted = set(keys.split(","))
+    return [v for v in ROW_VARIANTS if set(v) <= wanted]
+
+
 def _build_variant(fields: dict[str, Any]) -> None:
     from engine.cuda import build
 
@@ -654,8 +661,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.keys:
-        wanted = set(args.keys.split(","))
-        ROW_VARIANTS[:] = [v for v in ROW_VARIANTS if set(v) <= wanted]
+        ROW_VARIANTS[:] = row_variants_of(args.keys)
     require_gpu("bench/decode.py")
     if args.prebuild:
         prebuild_variants(ROW_VARIANTS)

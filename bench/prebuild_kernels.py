@@ -28,17 +28,17 @@ if str(ROOT) not in sys.path:
 from engine.cuda import build  # noqa: E402
 
 
-def modules(keys: set[str]) -> list[tuple[tuple[str, ...], Any, tuple[str, ...]]]:
+def modules(keys: str) -> list[tuple[tuple[str, ...], Any, tuple[str, ...]]]:
     """(sources, dims, extra options) of every module a call with these row-variant keys loads:
     the product module of the defaults, of turns off (bench/gpu_check.sh's tests build both) and
     of each of bench/decode.py's row variants setting only these fields; the op module of the
     27B shape (the benchmarks' random model, 16-token KV pages)."""
-    from bench.decode import ROW_VARIANTS
+    from bench.decode import row_variants_of
     from engine.cuda.model import Dims
     from engine.synthetic_plan import PRESETS
 
     configs = {build.MatmulConfig(), build.MatmulConfig(turns=False)}
-    configs |= {build.MatmulConfig(**v) for v in ROW_VARIANTS if set(v) <= keys}
+    configs |= {build.MatmulConfig(**v) for v in row_variants_of(keys)}
     out = [(build.MATMUL_SOURCES, None, c.defines()) for c in configs]
     dims = Dims.of(PRESETS["27b"]).kernel_dims(16)
     return [*dict.fromkeys(out), (build.OPS_SOURCES, dims, ())]
@@ -64,8 +64,7 @@ def main() -> None:
     import cupy
 
     args.dest.mkdir(parents=True, exist_ok=True)
-    keys = {k for k in args.keys.split(",") if k}
-    jobs = [(*m, args.arch, args.dest) for m in modules(keys)]
+    jobs = [(*m, args.arch, args.dest) for m in modules(args.keys)]
     with ProcessPoolExecutor(args.jobs) as pool:
         for name in pool.map(_compile, jobs):
             print(f"sm_{args.arch} {name}", flush=True)
