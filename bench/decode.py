@@ -369,10 +369,8 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"weight_hint": 2},
     {"weight_hint": 3},
     # the FFN's down product waiting for h chunk by chunk, not for the whole gate|up launch
-    # (matmul.cu, chunk dependencies; the same bits); 2: for the whole count through the same
-    # counters (what part of 1's effect is the overlap); v39a (H100): 1 and 2 slower than 0
-    {"chunk_deps": 1},
-    {"chunk_deps": 2},
+    # (matmul.cu, chunk dependencies; the same bits)
+    {"chunk_deps": True},
 ]
 
 

@@ -224,10 +224,8 @@ class Forward:
         after = None
         if _swiglu_in_product(layer, T):
             gate_up = layer.ffn_in[0].weight
-            mode = build.MATMUL_CONFIG.chunk_deps
-            if mode:
-                need = kernels.swiglu_chunk_need(gate_up, T)
-                after = (deps, need if mode == 1 else -need)
+            if build.MATMUL_CONFIG.chunk_deps:
+                after = (deps, kernels.swiglu_chunk_need(gate_up, T))
             kernels.matmul_swiglu(gate_up, a, ah, ws.hh, None if after is None else deps)
         else:
             for p in layer.ffn_in:

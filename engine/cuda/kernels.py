@@ -114,8 +114,7 @@ def matmul(
     the exact f32 one (same results: x is rounded to f16 the same way either way). after
     (optional, with xh): (deps, need) of the matmul_swiglu that writes xh in the same pass
     (`swiglu_chunk_need`): the product waits for xh chunk by chunk instead of for that whole
-    launch (matmul.cu, chunk dependencies); need < 0: for the whole count of -need a chunk at
-    once (a diagnostic); the same results."""
+    launch (matmul.cu, chunk dependencies); the same results."""
     R = x.shape[0]
     _check(y.dtype == np.float32, "matmul wants f32 activations")
     _check(
@@ -124,7 +123,7 @@ def matmul(
     if after is not None:
         deps, need = after
         _check(xh is not None and w.ggml_type != F32, "matmul: `after` needs packed rows")
-        _check(need != 0 and w.cols % 256 == 0, f"matmul {w.name}: bad chunk dependency")
+        _check(need > 0 and w.cols % 256 == 0, f"matmul {w.name}: bad chunk dependency")
         _check(not build.MATMUL_CONFIG.tiled(R), f"matmul: {R} rows run the tiled kernel")
         _check_deps(deps, w.cols // 256, f"matmul {w.name}")
     mode = _ADD if accumulate else _STORE
@@ -259,10 +258,9 @@ def _product(
     tile = cfg.row_tile(w.ggml_type, R, xh is not None, w.rows, _sm_count())
     if tile.packed:
         io = (*packed, *io[2:])
-    args: tuple[Any, ...] = (*w.pointers(), *shape, *io)
-    if not cfg.tiled(R):  # the row kernels' chunk dependencies (none: null and 0)
-        args += (np.uint64(0), _i32(0)) if deps is None else (deps[0], _i32(deps[1]))
-    name = tile.name + ("w" if deps is not None and deps[1] != 0 else "")
+    dep = (np.uint64(0), _i32(0)) if deps is None else (deps[0], _i32(deps[1]))
+    args = (*w.pointers(), *shape, *io, *dep)
+    name = tile.name + ("w" if deps is not None and deps[1] > 0 else "")
     fn = launch.kernel(build.matmul_module(cfg), name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles

@@ -196,39 +196,30 @@ OJ_DEV void dep_signal(u32* dep, int chunk, int n_chunks) {
         atomicAdd(dep + n_chunks, 1u);
     }
 }
-// Spins on a counter until it holds value; a count that never completes (a bug) traps instead
-// of hanging the GPU.
-OJ_DEV void spin_until(const u32* counter, u32 value) {
-    for (u32 spins = 0; ld_acquire_gpu(counter) < value; ++spins) {
-        if (spins > (1u << 24)) __trap();
-        __nanosleep(64);
-    }
-}
 // The consumer's wait (a warp; every lane loads the same counter, so the branch is uniform):
 // until chunk sb is complete (need producer CTAs), unless the whole product is known complete
 // (`ready`, then no more loads). The whole count is asked at the warp's first super-block and
 // every fourth after; on seeing it complete the warp releases the kernel's dependents, as
 // oj_grid_dep releases a product's after its wait. Each acquire invalidates L1 (CCTL.IVALL), so
-// the activations loaded after it come from L2, written. need < 0 (MatmulConfig.chunk_deps 2, a
-// diagnostic): the whole count (-need per chunk) awaited at the first super-block, as
-// griddepcontrol.wait would, but through the counters.
+// the activations loaded after it come from L2, written. A count that never completes (a bug)
+// traps instead of hanging the GPU.
 struct ChunkWait {
     const u32* dep;
-    int need;
+    u32 need;
     int n_chunks;
     int polls;
     bool ready;
     OJ_DEV void operator()(int sb) {
         if (ready) return;
-        const u32 whole = (u32)abs(need) * (u32)n_chunks;
-        if (need < 0) {
-            spin_until(dep + n_chunks, whole);
-        } else if ((polls++ & 3) != 0 || ld_acquire_gpu(dep + n_chunks) < whole) {
-            spin_until(dep + sb, (u32)need);
+        if ((polls++ & 3) == 0 && ld_acquire_gpu(dep + n_chunks) >= need * (u32)n_chunks) {
+            ready = true;
+            oj_grid_release();
             return;
         }
-        ready = true;
-        oj_grid_release();
+        for (u32 spins = 0; ld_acquire_gpu(dep + sb) < need; ++spins) {
+            if (spins > (1u << 24)) __trap();
+            __nanosleep(64);
+        }
     }
 };
 
@@ -266,7 +257,7 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     };
     // the activations come as an argument: nothing before oj_grid_dep() below names them
     // (tests/unit/test_cuda_launch.py reads these sources for that)
-    ChunkWait chunk_wait = {dep, dep_need, nsb, 0, !WAIT};
+    ChunkWait chunk_wait = {dep, (u32)dep_need, nsb, 0, !WAIT};
     auto run = [&](Frag (&f)[MT][2], int sb, const void* __restrict__ act) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
