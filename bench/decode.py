@@ -368,9 +368,6 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"weight_hint": 1},
     {"weight_hint": 2},
     {"weight_hint": 3},
-    # the FFN's down product waiting for h chunk by chunk, not for the whole gate|up launch
-    # (matmul.cu, chunk dependencies; the same bits)
-    {"chunk_deps": True},
 ]
 
 

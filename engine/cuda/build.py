@@ -216,11 +216,6 @@ class MatmulConfig:
     # the weight loads' cache policy (quant.cuh wld4: 0 plain, 1 L1::no_allocate, 2 also
     # L2::evict_first, 3 also an L2::256B prefetch-size hint; the same bits)
     weight_hint: int = 0
-    # decode passes' FFN down product waits for h chunk by chunk as the gate|up product's
-    # SwiGLU epilogue writes it, instead of for that whole launch (matmul.cu, chunk
-    # dependencies; forward.Forward._ffn); False: griddepcontrol.wait (the same bits). Not a
-    # define: both kernels are in every module.
-    chunk_deps: bool = False
 
     def defines(self) -> tuple[str, ...]:
         return (

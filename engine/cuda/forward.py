@@ -100,9 +100,6 @@ class Workspace(MetaViews):
         self.gu = cp.zeros((max_rows, 2 * d.n_ff), f32)  # gate | up
         self.h = cp.zeros((max_rows, d.n_ff), f32)
         self.hh = cp.zeros((kernels.packed_rows(max_rows), pw(d.n_ff)), cp.float16)
-        # the FFNs' chunk dependencies (kernels.matmul_swiglu's deps): a row of counters per
-        # FFN (the trunk's layers, then the MTP block's), zeroed at the start of each pass
-        self.ffn_deps = cp.zeros((len(model.layers) + 1, -(-d.n_ff // 256) + 1), cp.uint32)
         self.hs = cp.zeros((max_sample, d.n_embd), f32)  # sampled rows' normed hidden
         self.hsh = cp.zeros((kernels.packed_rows(max_sample), pw(d.n_embd)), cp.float16)
         if model.mtp is not None:  # the MTP head's input (engine/cuda/mtp.py)
@@ -203,35 +200,28 @@ class Forward:
         m, ws, ops, d = self.m, self.ws, self.ops, self.m.dims
         T, S = lay.n_rows, lay.n_seg
         x, a, ah = ws.x[:T], ws.a[:T], ws.ah
-        if build.MATMUL_CONFIG.chunk_deps:
-            ws.ffn_deps.fill(0)  # the FFNs' chunk counters of this pass (a memset)
         kernels.embed(m.token_embd, ws.row_tok[:T], x)
-        for i, layer in enumerate(m.layers):
+        for layer in m.layers:
             ops.rmsnorm(x, layer.attn_norm, a, d.rms_eps, yh=ah)
             if layer.recurrent:
                 self._deltanet(layer, T, S, lay.saved)
             else:
                 self._attention(layer, T, lay.shallow, lay.deep)
-            self._ffn(layer, T, ws.ffn_deps[i])
+            self._ffn(layer, T)
         ops.rmsnorm(x, m.output_norm, a, d.rms_eps, yh=ah)
 
-    def _ffn(self, layer: Any, T: int, deps: Any) -> None:
-        """x += FFN(post_norm(x)) over the first T rows; deps: this FFN's row of chunk counters
-        (Workspace.ffn_deps, zero at the pass's start), used with MatmulConfig.chunk_deps."""
+    def _ffn(self, layer: Any, T: int) -> None:
+        """x += FFN(post_norm(x)) over the first T rows."""
         ws, ops, d = self.ws, self.ops, self.m.dims
         x, a, ah = ws.x[:T], ws.a[:T], ws.ah
         ops.rmsnorm(x, layer.post_norm, a, d.rms_eps, yh=ah)
-        after = None
         if _swiglu_in_product(layer, T):
-            gate_up = layer.ffn_in[0].weight
-            if build.MATMUL_CONFIG.chunk_deps:
-                after = (deps, kernels.swiglu_chunk_need(gate_up, T))
-            kernels.matmul_swiglu(gate_up, a, ah, ws.hh, None if after is None else deps)
+            kernels.matmul_swiglu(layer.ffn_in[0].weight, a, ah, ws.hh)  # ws.h is not written
         else:
             for p in layer.ffn_in:
                 kernels.matmul(p.weight, a, ws.gu[:T, p.offset : p.offset + p.weight.rows], xh=ah)
             ops.swiglu(ws.gu[:T], ws.h[:T], ws.hh, interleaved=layer.ffn_interleaved)
-        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=ws.hh, after=after)
+        kernels.matmul(layer.ffn_down, ws.h[:T], x, accumulate=True, xh=ws.hh)
 
     def mtp_block(self, T: int, M: int) -> None:
         """The MTP head over T rows (tokens, positions and slots in ws.row_*, hidden inputs in
@@ -248,10 +238,7 @@ class Forward:
         kernels.matmul(head.eh_proj, cat, x)  # embedding half first, as the reference
         ops.rmsnorm(x, head.block.attn_norm, ws.a[:T], d.rms_eps, yh=ws.ah)
         self._attention(head.block, T, True, True)
-        deps = ws.ffn_deps[len(m.layers)]
-        if build.MATMUL_CONFIG.chunk_deps:
-            deps.fill(0)
-        self._ffn(head.block, T, deps)
+        self._ffn(head.block, T)
         ops.rmsnorm(x, head.head_norm, ws.a[:T], d.rms_eps, yh=ws.ah)
         if M:
             self._gather_sampled(T, M)

@@ -101,43 +101,23 @@ def unpack_activations(xh: Any, n_rows: int) -> Any:
 _STORE, _ADD, _SWIGLU = 0, 1, 2
 
 
-def matmul(
-    w: GpuWeight,
-    x: Any,
-    y: Any,
-    accumulate: bool = False,
-    xh: Any = None,
-    after: tuple[Any, int] | None = None,
-) -> None:
+def matmul(w: GpuWeight, x: Any, y: Any, accumulate: bool = False, xh: Any = None) -> None:
     """y[r][:N] (+)= W x[r][:K].  x: f32 [R][ldx >= K], y: f32 [R][ldy >= N]. xh (optional):
     the same rows packed as f16 (`pack_activations`), read instead of x by every kernel but
-    the exact f32 one (same results: x is rounded to f16 the same way either way). after
-    (optional, with xh): (deps, need) of the matmul_swiglu that writes xh in the same pass
-    (`swiglu_chunk_need`): the product waits for xh chunk by chunk instead of for that whole
-    launch (matmul.cu, chunk dependencies); the same results."""
+    the exact f32 one (same results: x is rounded to f16 the same way either way)."""
     R = x.shape[0]
     _check(y.dtype == np.float32, "matmul wants f32 activations")
     _check(
         y.shape[1] >= w.rows and y.shape[0] >= R, f"matmul {w.name}: bad shapes {x.shape} {y.shape}"
     )
-    if after is not None:
-        deps, need = after
-        _check(xh is not None and w.ggml_type != F32, "matmul: `after` needs packed rows")
-        _check(need > 0 and w.cols % 256 == 0, f"matmul {w.name}: bad chunk dependency")
-        _check(not build.MATMUL_CONFIG.tiled(R), f"matmul: {R} rows run the tiled kernel")
-        _check_deps(deps, w.cols // 256, f"matmul {w.name}")
-    mode = _ADD if accumulate else _STORE
-    _product(w, x, xh, (y, _i32(y.strides[0] // 4)), mode, after)
+    _product(w, x, xh, (y, _i32(y.strides[0] // 4)), _ADD if accumulate else _STORE)
 
 
-def matmul_swiglu(w: GpuWeight, x: Any, xh: Any, hh: Any, deps: Any = None) -> None:
+def matmul_swiglu(w: GpuWeight, x: Any, xh: Any, hh: Any) -> None:
     """hh = h packed for the products (`pack_activations` of f16 [R][F]), h = silu(gate) * up of
     the gate|up weight w (2F rows alternating in groups of 8: weights.interleave_halves) times
     x: the product and Ops.swiglu in one launch, with their bits. x, xh: as `matmul`; only
-    products on the row kernels (fewer than gemm_min_rows rows) of quantized or f16 weights.
-    deps (optional): u32 [>= F/256 + 1], zero before the pass, where each CTA counts its
-    features of h as written (matmul.cu, chunk dependencies; F % 256 == 0): the down product
-    may then start before this launch ends (`matmul`'s `after`)."""
+    products on the row kernels (fewer than gemm_min_rows rows) of quantized or f16 weights."""
     R, F = x.shape[0], w.rows // 2
     _check(w.ggml_type != F32 and w.rows % 16 == 0, f"matmul_swiglu {w.name}: not a gate|up weight")
     _check(not build.MATMUL_CONFIG.tiled(R), f"matmul_swiglu: {R} rows run the tiled kernel")
@@ -145,25 +125,7 @@ def matmul_swiglu(w: GpuWeight, x: Any, xh: Any, hh: Any, deps: Any = None) -> N
     _check(
         out[1] == packed_width(F), "matmul_swiglu: hh must be contiguous rows of packed_width(F)"
     )
-    if deps is not None:
-        _check(F % 256 == 0, f"matmul_swiglu {w.name}: chunk dependencies need F % 256 == 0")
-        _check_deps(deps, F // 256, f"matmul_swiglu {w.name}")
-    _product(w, x, xh, out, _SWIGLU, None if deps is None else (deps, 0))
-
-
-def swiglu_chunk_need(w: GpuWeight, n_rows: int) -> int:
-    """How many CTAs of matmul_swiglu over gate|up weight w at n_rows rows write each 256
-    features of h (a chunk): the count a product reading h waits for per chunk."""
-    tile = build.MATMUL_CONFIG.row_tile(w.ggml_type, n_rows, True, w.rows, _sm_count())
-    features = tile.rows_per_cta // 2  # rows alternate gate / up in groups of 8
-    return 256 // features * -(-n_rows // tile.rows_per_group)
-
-
-def _check_deps(deps: Any, n_chunks: int, what: str) -> None:
-    _check(
-        deps.dtype == np.uint32 and deps.ndim == 1 and deps.shape[0] > n_chunks,
-        f"{what}: deps must be u32 [> {n_chunks}]",
-    )
+    _product(w, x, xh, out, _SWIGLU)
 
 
 def pairs(w_a: GpuWeight, w_b: GpuWeight, n_rows: int) -> bool:
@@ -231,17 +193,8 @@ def _activations(x: Any, xh: Any, cols: int, what: str) -> tuple[Any, Any]:
     return _packed(xh, x.shape[0], cols, what)
 
 
-def _product(
-    w: GpuWeight,
-    x: Any,
-    xh: Any,
-    out: tuple[Any, Any],
-    mode: int,
-    deps: tuple[Any, int] | None = None,
-) -> None:
-    """Launch W x into `out` (the output and its row stride in elements) with epilogue mode;
-    deps: (counters, need) of the chunk dependencies (need 0: this product writes them, else
-    its `_w` kernel waits for them)."""
+def _product(w: GpuWeight, x: Any, xh: Any, out: tuple[Any, Any], mode: int) -> None:
+    """Launch W x into `out` (the output and its row stride in elements) with epilogue mode."""
     R = x.shape[0]
     packed = _activations(x, xh, w.cols, f"matmul {w.name}")
     _check(x.strides[1] == 4 and x.strides[0] % 16 == 0, "matmul: x rows must be 16-byte aligned")
@@ -258,10 +211,8 @@ def _product(
     tile = cfg.row_tile(w.ggml_type, R, xh is not None, w.rows, _sm_count())
     if tile.packed:
         io = (*packed, *io[2:])
-    dep = (np.uint64(0), _i32(0)) if deps is None else (deps[0], _i32(deps[1]))
-    args = (*w.pointers(), *shape, *io, *dep)
-    name = tile.name + ("w" if deps is not None and deps[1] > 0 else "")
-    fn = launch.kernel(build.matmul_module(cfg), name)
+    args = (*w.pointers(), *shape, *io)
+    fn = launch.kernel(build.matmul_module(cfg), tile.name)
     # x: row groups of the same weight tile run side by side (the tile is read from L2 after
     # the first); y: weight tiles
     grid = (-(-R // tile.rows_per_group), -(-w.rows // tile.rows_per_cta))

@@ -166,74 +166,11 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
     }
 }
 
-// ---- Chunk dependencies (MatmulConfig.chunk_deps: a decode pass's FFN) ---------------------
-// The down product reads h, which the gate|up product's SwiGLU epilogue writes tile by tile. With
-// programmatic dependent launch the down product's CTAs are scheduled once every gate|up CTA has
-// started (its last wave), but griddepcontrol.wait then holds each of them until the whole gate|up
-// grid has finished, so its weight stream stops at the boundary and its warps' chains of
-// super-blocks start only after gate|up's slowest CTA (bench/NOTES.md v34-v35: ~1.5 us a
-// boundary however a whole-product dependency is kept). With chunk dependencies the producer
-// counts its finished CTAs per 256 features of h (a super-block of the consumer's K) in
-// dep[chunk], and all of them in dep[n_chunks]; the consumer waits chunk by chunk before it reads
-// a super-block's activations, so it works through the chunks gate|up's first waves wrote while
-// the last wave runs. Nothing but the waiting changes: the same sums in the same order, the same
-// bits. No deadlock: the consumer's CTAs run only once every producer CTA has started (the
-// producer releases after its own wait), and without programmatic launch (sm_80-89, direct
-// launches) the consumer starts after the producer and finds every count complete.
-// The counters are zeroed once per pass (forward.Forward.trunk) and only grow within it.
-OJ_DEV u32 ld_acquire_gpu(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-// The producer's count, once a CTA's stores are done: every thread's stores before thread 0's
-// fence (the barrier), the fence before the counts (a release, as a grid barrier's arrival).
-OJ_DEV void dep_signal(u32* dep, int chunk, int n_chunks) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(dep + chunk, 1u);
-        atomicAdd(dep + n_chunks, 1u);
-    }
-}
-// The consumer's wait (a warp; every lane loads the same counter, so the branch is uniform):
-// until chunk sb is complete (need producer CTAs), unless the whole product is known complete
-// (`ready`, then no more loads). The whole count is asked at the warp's first super-block and
-// every fourth after; on seeing it complete the warp releases the kernel's dependents, as
-// oj_grid_dep releases a product's after its wait. Each acquire invalidates L1 (CCTL.IVALL), so
-// the activations loaded after it come from L2, written. A count that never completes (a bug)
-// traps instead of hanging the GPU.
-struct ChunkWait {
-    const u32* dep;
-    u32 need;
-    int n_chunks;
-    int polls;
-    bool ready;
-    OJ_DEV void operator()(int sb) {
-        if (ready) return;
-        if ((polls++ & 3) == 0 && ld_acquire_gpu(dep + n_chunks) >= need * (u32)n_chunks) {
-            ready = true;
-            oj_grid_release();
-            return;
-        }
-        for (u32 spins = 0; ld_acquire_gpu(dep + sb) < need; ++spins) {
-            if (spins > (1u << 24)) __trap();
-            __nanosleep(64);
-        }
-    }
-};
-
 // tile: this CTA's group of 16 * MT weight rows (grid y, or its place in a pair: below);
 // red: the cross-warp sum's shared memory, MM_NW * MT*NT*4 * 32 floats
-// Chunk dependencies (above): with MM_SWIGLU and dep, this CTA counts its h features as written
-// once stored; WAIT (the `_w` kernels): the product waits for dep's chunks (dep_need producer
-// CTAs each) instead of griddepcontrol.wait, and on the grid at its end, so its completion
-// still implies the producer's. (A compile-time switch: the other kernels' loops are as they
-// were, instruction for instruction.)
-template <class Frag, int MT, int NT, int XL, int DEPTH, bool WAIT = false>
+template <class Frag, int MT, int NT, int XL, int DEPTH>
 OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restrict__ X, int ldx,
-                      float* __restrict__ Y, int ldy, int R, int accumulate, u32* dep = nullptr,
-                      int dep_need = 0) {
+                      float* __restrict__ Y, int ldy, int R, int accumulate) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const int row0 = tile * 16 * MT;
     const int rbase = blockIdx.x * 8 * NT;
@@ -257,13 +194,11 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     };
     // the activations come as an argument: nothing before oj_grid_dep() below names them
     // (tests/unit/test_cuda_launch.py reads these sources for that)
-    ChunkWait chunk_wait = {dep, (u32)dep_need, nsb, 0, !WAIT};
     auto run = [&](Frag (&f)[MT][2], int sb, const void* __restrict__ act) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) f[m][h].prep(t);
-        if constexpr (WAIT) chunk_wait(sb);
         mma_superblock<Frag, MT, NT, XL>(f, acc, act, ldx, sb, nrows, gid, t);
     };
     if constexpr (DEPTH == 1 && Frag::kTurns && MM_TURNS) {
@@ -278,7 +213,7 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
         if (warp < nsb) load_to(fa, warp);
         // The weights do not depend on the kernel before this one: with programmatic dependent
         // launch their first loads are in flight while it finishes (common.cuh oj_grid_dep).
-        if constexpr (!WAIT) oj_grid_dep();  // else chunk by chunk (ChunkWait)
+        oj_grid_dep();
         for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {
             const int sb2 = sb + MM_NW;
             if (sb2 < nsb) load_to(fb, sb2);
@@ -298,7 +233,7 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
         Frag fa[MT][2], fb[MT][2], fc[MT][2];
         if (warp < nsb) load_to(fa, warp);
         if (warp + MM_NW < nsb) load_to(fb, warp + MM_NW);
-        if constexpr (!WAIT) oj_grid_dep();  // after the first loads, as above
+        oj_grid_dep();  // after the first loads, as above
         for (int sb = warp; sb < nsb; sb += 3 * MM_NW) {
             const int sb1 = sb + MM_NW, sb2 = sb + 2 * MM_NW;
             if (sb2 < nsb) load_to(fc, sb2);
@@ -320,7 +255,7 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d)
             if (warp + d * MM_NW < nsb) load_to(ring[d], warp + d * MM_NW);
-        if constexpr (!WAIT) oj_grid_dep();  // after the first loads, as above
+        oj_grid_dep();  // after the first loads, as above
         for (int sb = warp; sb < nsb; sb += MM_NW) {
             if (sb + DEPTH * MM_NW < nsb) load_to(ring[DEPTH], sb + DEPTH * MM_NW);
             run(ring[0], sb, X);
@@ -334,32 +269,16 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     }
 
     reduce_store<MT, NT>(red, acc, W.rows, Y, ldy, row0, rbase, nrows, R, accumulate);
-    if constexpr (WAIT) {
-        // the grid's completion still implies the producer's (a later kernel's wait relies on
-        // it); the producer counted its last chunk before exiting, so this is short
-        oj_grid_release();  // a warp with no super-block never released
-        oj_grid_wait();
-    } else if (dep != nullptr && accumulate == MM_SWIGLU) {  // 16 * MT rows: 8 * MT features of h
-        dep_signal(dep, row0 / 2 / 256, (W.rows / 2 + 255) / 256);
-    }
 }
 
-// dep, dep_need: the chunk dependencies (above; null and 0 without); OJ_MM_KERNEL_W: the
-// kernel that waits for dep's chunks (its name + w).
-#define OJ_MM_KERNEL_AS(NAME, MT, NT, MINB, XL, DEPTH, FRAG, WAIT)                                \
+#define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
-             const void* X, int ldx, float* Y, int ldy, int R, int accumulate, u32* dep,          \
-             int dep_need) {                                                                      \
+             const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         __shared__ float red[MM_NW * MT * NT * 4 * 32];                                           \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_rows<FRAG, MT, NT, XL, DEPTH, WAIT>(red, W, blockIdx.y, X, ldx, Y, ldy, R,           \
-                                                 accumulate, dep, dep_need);                      \
+        wmat_rows<FRAG, MT, NT, XL, DEPTH>(red, W, blockIdx.y, X, ldx, Y, ldy, R, accumulate);    \
     }
-#define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG) \
-    OJ_MM_KERNEL_AS(NAME, MT, NT, MINB, XL, DEPTH, FRAG, false)
-#define OJ_MM_KERNEL_W(NAME, MT, NT, MINB, XL, DEPTH, FRAG) \
-    OJ_MM_KERNEL_AS(NAME##w, MT, NT, MINB, XL, DEPTH, FRAG, true)
 
 // Two weights of different formats on the same activations (a mixer's input projections whose
 // types differ: the 27B Q4_K_M's Q6_K qkv beside its Q4_K gate|beta|alpha, its Q4_K q|k beside
@@ -412,16 +331,11 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     K(PREFIX##_2f, MM_MTF, 2, MM_MINBF, XL, 1, __VA_ARGS__)        \
     K(PREFIX##_3, MM_MT, 3, MM_MINB, XL, 1, __VA_ARGS__)           \
     K(PREFIX##_4, MM_MT, 4, MM_MINB, XL, 1, __VA_ARGS__)
-// The packed ones also as `_w` kernels: the FFN's down product waiting chunk by chunk for
-// the gate|up product's SwiGLU epilogue (MatmulConfig.chunk_deps).
-#define OJ_MM_PACKED(K, TYPE, FRAG)         \
-    OJ_MM_NT(K, mmh_##TYPE, 3, FRAG)        \
-    OJ_MM_ONE(K, mmh1_##TYPE, 0, FRAG)      \
-    OJ_MM_ONE(K, mmh4_##TYPE, 2, FRAG)
 #define OJ_MM_ALL_NT(TYPE, FRAG)                     \
     OJ_MM_NT(OJ_MM_KERNEL, mm_##TYPE, -1, FRAG)      \
-    OJ_MM_PACKED(OJ_MM_KERNEL, TYPE, FRAG)           \
-    OJ_MM_PACKED(OJ_MM_KERNEL_W, TYPE, FRAG)
+    OJ_MM_NT(OJ_MM_KERNEL, mmh_##TYPE, 3, FRAG)      \
+    OJ_MM_ONE(OJ_MM_KERNEL, mmh1_##TYPE, 0, FRAG)    \
+    OJ_MM_ONE(OJ_MM_KERNEL, mmh4_##TYPE, 2, FRAG)
 
 // mmp_ / mmp1_ / mmp4_<a>_<b>_<NT>: the pairs, on packed activations in groups of 8 / 1 / 4 as
 // mmh_ / mmh1_ / mmh4_, with the same tilings; for the pairs of formats of the K-quant mixes

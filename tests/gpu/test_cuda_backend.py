@@ -402,11 +402,8 @@ def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
     (kernels.matmul_swiglu) and run a mixer's two input products of different types in one
     launch (kernels.matmul_pair), and the mixers write their outputs packed for the output
     products; chunks on the tiled kernel, and every pass with MatmulConfig.swiglu_epilogue,
-    pair_products or packed_mixer_out off, do without; with chunk_deps the FFN's down product
-    of a decode pass waits for h chunk by chunk (in the captured steps, with programmatic
-    launch on sm_90+, while the gate|up product still runs). Logits and greedy tokens are the
-    same bit for bit every way, and a prompt's tokens do not depend on which way its chunks
-    took."""
+    pair_products or packed_mixer_out off, do without. Logits and greedy tokens are the same
+    bit for bit every way, and a prompt's tokens do not depend on which way its chunks took."""
     from engine.cuda import build
 
     gguf = open_gguf(models["q4_k_m"])
@@ -418,7 +415,6 @@ def test_fused_launches_give_the_same_bits(models: dict[str, Path]) -> None:
             {"swiglu_epilogue": False},
             {"pair_products": False},
             {"packed_mixer_out": False},
-            {"chunk_deps": True},
         ]
         for fields in ways:
             build.MATMUL_CONFIG = replace(saved, **fields)

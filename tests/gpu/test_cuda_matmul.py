@@ -269,69 +269,6 @@ def test_gate_up_product_finishing_swiglu_gives_product_then_swiglu_bits(
     assert _rel(cp.asnumpy(h).astype(np.float64), ref) < 5 * F16_OPERAND_TOL
 
 
-@pytest.mark.parametrize(
-    "down_type", [weights.Q4_K, weights.Q5_K, weights.Q6_K, weights.Q8_0, weights.F16]
-)
-@pytest.mark.parametrize("n_rows", [1, 3, 9, 20])
-def test_down_product_waiting_chunk_by_chunk_gives_the_plain_bits(
-    down_type: int, n_rows: int
-) -> None:
-    """The FFN's down product waiting for h chunk by chunk as the gate|up product's SwiGLU
-    epilogue counts it written (kernels.matmul_swiglu's deps, kernels.matmul's after; matmul.cu,
-    chunk dependencies), in a captured graph replayed three times (with programmatic launch,
-    on sm_90+, the two launches overlap: the gate|up grid has several waves) and launched
-    directly: the h and the accumulated output of the plain launches bit for bit, and every
-    chunk counted exactly once per gate|up CTA."""
-    import cupy as cp
-
-    rng = np.random.default_rng(700 + 10 * down_type + n_rows)
-    F, E, n_out = 8192, 512, 1024  # h of 32 chunks; gate|up 16,384 rows: 1,024 CTAs at 1 row
-    raw = weights.random_block_bytes(weights.Q4_K, 2 * F, E, int(rng.integers(1 << 30)), xp=np)
-    mixed = weights.interleave_halves(raw, weights.Q4_K, 2 * F, E)
-    gate_up = weights.upload("gate+up", mixed, weights.Q4_K, 2 * F, E)
-    down, _ = _weight(down_type, n_out, F, int(rng.integers(1 << 30)))
-    x = cp.asarray(rng.standard_normal((n_rows, E)).astype(np.float32))
-    xh = kernels.pack_activations(x)
-    h = cp.zeros((n_rows, F), dtype=cp.float32)  # the f32 rows matmul checks (not read)
-    y0 = cp.asarray(rng.standard_normal((n_rows, n_out)).astype(np.float32))
-    rows, width = kernels.packed_rows(n_rows), kernels.packed_width(F)
-
-    hh_want = cp.full((rows, width), np.nan, dtype=cp.float16)
-    kernels.matmul_swiglu(gate_up, x, xh, hh_want)
-    y_want = y0.copy()
-    kernels.matmul(down, h, y_want, accumulate=True, xh=hh_want)
-
-    need = kernels.swiglu_chunk_need(gate_up, n_rows)
-    deps = cp.full(F // 256 + 1, 12345, dtype=cp.uint32)
-    hh = cp.full((rows, width), np.nan, dtype=cp.float16)
-    y = cp.full((n_rows, n_out), np.nan, dtype=cp.float32)
-
-    def both() -> None:
-        deps.fill(0)
-        y[...] = y0
-        kernels.matmul_swiglu(gate_up, x, xh, hh, deps)
-        kernels.matmul(down, h, y, accumulate=True, xh=hh, after=(deps, need))
-
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        both()
-        graph = stream.end_capture()
-    for run in range(4):
-        if run < 3:
-            hh.fill(np.nan)
-            graph.launch(stream)
-            stream.synchronize()
-        else:
-            hh.fill(np.nan)
-            both()  # direct launches
-        unpacked = kernels.unpack_activations(hh, n_rows)[:n_rows, :F]
-        assert cp.array_equal(unpacked, kernels.unpack_activations(hh_want, n_rows)[:n_rows, :F])
-        assert cp.array_equal(y, y_want), run
-        counts = cp.asnumpy(deps)
-        assert (counts[:-1] == need).all() and counts[-1] == need * (F // 256), (run, counts)
-
-
 @pytest.mark.parametrize("types", sorted(build.PAIRED_TYPES))
 @pytest.mark.parametrize("n_rows", [1, 3, 4, 7, 12, 20, 40])
 def test_a_pair_of_products_in_one_launch_gives_two_launches_bits(
