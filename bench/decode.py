@@ -363,11 +363,6 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"deep_types": NO_TURNS},
     {"deep_types": NO_TURNS, "deep_all": True},
     {"deep_all": True},
-    # the weight loads' cache policies (quant.cuh wld4: L1::no_allocate, with an L2 evict_first
-    # policy, with an L2::256B prefetch-size hint; the same bits)
-    {"weight_hint": 1},
-    {"weight_hint": 2},
-    {"weight_hint": 3},
 ]
 
 

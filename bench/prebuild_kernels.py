@@ -10,7 +10,7 @@ versions into any environment (`bash bench/gpu_check.sh` prints the device's). W
 the device builds as before and only the copying was spent. The cubins go to .kcache/ (ignored by
 git; carry it), which bench/gpu_check.sh copies into the device's kernel cache.
 
-    python bench/prebuild_kernels.py --keys weight_hint,turns   # default and those variants
+    python bench/prebuild_kernels.py --keys turns,deep_turns   # default and those variants
 """
 
 from __future__ import annotations

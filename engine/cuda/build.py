@@ -213,9 +213,6 @@ class MatmulConfig:
     # packed, so the output products read f16 rows instead of converting f32 ones in every CTA
     # (forward.mixer_out_packed); False: f32 only (same bits)
     packed_mixer_out: bool = True
-    # the weight loads' cache policy (quant.cuh wld4: 0 plain, 1 L1::no_allocate, 2 also
-    # L2::evict_first, 3 also an L2::256B prefetch-size hint; the same bits)
-    weight_hint: int = 0
 
     def defines(self) -> tuple[str, ...]:
         return (
@@ -229,7 +226,6 @@ class MatmulConfig:
             f"-DMM_MINBF={self.min_blocks_few}",
             f"-DMM_TURNS={int(self.turns)}",
             f"-DMM_DEEP_TURNS={int(self.deep_turns)}",
-            f"-DMM_WHINT={self.weight_hint}",
         )
 
     def tiled(self, n_rows: int) -> bool:

@@ -39,74 +39,6 @@ OJ_DEV size_t unit_index(const WDesc& W, int row, int sb) {
     return ((size_t)(row >> 4) * (W.cols >> 8) + sb) * 16 + (row & 15);
 }
 
-// The weight loads of every format (Frag::load) with the cache policy MatmulConfig.weight_hint
-// names (MM_WHINT): 0 plain loads; 1 ld.global.nc.L1::no_allocate (the weights stream through
-// once, so they need not evict the activations from L1); 2 the same with an L2 evict_first
-// cache policy (createpolicy; ld takes L2::evict_first itself only for 256-bit loads), to
-// keep the activations, states and KV rows in L2; 3 as 1 with an L2::256B prefetch-size hint. The
-// same bytes either way, so the same bits. Portable to sm_80+ (PTX ISA 7.4).
-#ifndef MM_WHINT
-#define MM_WHINT 0
-#endif
-#if MM_WHINT == 1
-#define OJ_WLD "ld.global.nc.L1::no_allocate"
-#elif MM_WHINT == 2  // an L2 eviction priority needs a cache policy operand below 256-bit loads
-#define OJ_WLD "ld.global.nc.L1::no_allocate.L2::cache_hint"
-#define OJ_WPOL , "l"(wpolicy())
-#define OJ_WPOL_ARG(n) ", %" #n
-#elif MM_WHINT == 3
-#define OJ_WLD "ld.global.nc.L1::no_allocate.L2::256B"
-#endif
-#ifndef OJ_WPOL
-#define OJ_WPOL
-#define OJ_WPOL_ARG(n) ""
-#endif
-#if MM_WHINT == 2
-// evict_first for every line of the weights (no side effects: ptxas keeps one per kernel)
-OJ_DEV u64 wpolicy() {
-    u64 pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-#endif
-OJ_DEV uint4 wld4(const u8* p) {
-#if MM_WHINT == 0
-    return *(const uint4*)p;
-#else
-    uint4 v;
-    asm(OJ_WLD ".v4.u32 {%0, %1, %2, %3}, [%4]" OJ_WPOL_ARG(5) ";"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) OJ_WPOL);
-    return v;
-#endif
-}
-OJ_DEV uint2 wld2(const u8* p) {
-#if MM_WHINT == 0
-    return *(const uint2*)p;
-#else
-    uint2 v;
-    asm(OJ_WLD ".v2.u32 {%0, %1}, [%2]" OJ_WPOL_ARG(3) ";" : "=r"(v.x), "=r"(v.y) : "l"(p) OJ_WPOL);
-    return v;
-#endif
-}
-OJ_DEV u32 wld1(const u8* p) {
-#if MM_WHINT == 0
-    return *(const u32*)p;
-#else
-    u32 v;
-    asm(OJ_WLD ".u32 %0, [%1]" OJ_WPOL_ARG(2) ";" : "=r"(v) : "l"(p) OJ_WPOL);
-    return v;
-#endif
-}
-OJ_DEV u16 wld_h(const u8* p) {
-#if MM_WHINT == 0
-    return *(const u16*)p;
-#else
-    u16 v;
-    asm(OJ_WLD ".u16 %0, [%1]" OJ_WPOL_ARG(2) ";" : "=h"(v) : "l"(p) OJ_WPOL);
-    return v;
-#endif
-}
-
 // f16x2 constants (both halves equal)
 #define H2_1024 0x64006400u       // 1024: OR-ed onto up to 10 low bits b it gives 1024 + b
 #define H2_1056 0x64206420u       // 1024 + 32 (the Q6_K offset)
@@ -225,9 +157,9 @@ struct FragQ4K {
     }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const u8* blk = W.p0 + unit_index(W, row, sb) * 144;
-        hdr = wld4(blk);
-        q0 = wld4(blk + 16 + 16 * t);
-        q1 = wld4(blk + 80 + 16 * t);
+        hdr = *(const uint4*)blk;
+        q0 = *(const uint4*)(blk + 16 + 16 * t);
+        q1 = *(const uint4*)(blk + 80 + 16 * t);
     }
     OJ_DEV void prep(int t) { kquant_splats(hdr, t, H2_SC_Q4K, scm, mhi, mlo, dd); }
     OJ_DEV void get(int c, u32& a02, u32& a13) const {
@@ -247,10 +179,10 @@ struct FragQ5K {
     OJ_HD static int e0(int t, int c) { return FragQ4K::e0(t, c); }
     OJ_DEV void load(const WDesc& W, int row, int sb, int t) {
         const u8* blk = W.p0 + unit_index(W, row, sb) * 176;
-        hdr = wld4(blk);
-        qh = wld4(blk + 16 + 16 * (t & 1));
-        q0 = wld4(blk + 48 + 16 * t);
-        q1 = wld4(blk + 112 + 16 * t);
+        hdr = *(const uint4*)blk;
+        qh = *(const uint4*)(blk + 16 + 16 * (t & 1));
+        q0 = *(const uint4*)(blk + 48 + 16 * t);
+        q1 = *(const uint4*)(blk + 112 + 16 * t);
         t_ = t;
     }
     OJ_DEV void prep(int t) { kquant_splats(hdr, t, H2_SC_Q5K, scm, mhi, mlo, dd); }
@@ -283,11 +215,11 @@ struct FragQ6K {
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
-            for (int p = 0; p < 2; ++p) ql[n][p] = wld2(W.p0 + b * 128 + 64 * n + 32 * p + 8 * t);
-            qh[n] = wld2(W.p1 + b * 64 + 32 * n + 8 * t);
+            for (int p = 0; p < 2; ++p) ql[n][p] = *(const uint2*)(W.p0 + b * 128 + 64 * n + 32 * p + 8 * t);
+            qh[n] = *(const uint2*)(W.p1 + b * 64 + 32 * n + 8 * t);
         }
-        sc = wld4(W.p2 + b * 16);
-        dbits = wld_h(W.p3 + b * 2);
+        sc = *(const uint4*)(W.p2 + b * 16);
+        dbits = *(const u16*)(W.p3 + b * 2);
     }
     // ds[n][q] = d * scale(8n + 2q + g) (g = t >> 1) as f16x2 splats, two at a time: the i8
     // scales become exact f16 by the XOR-0x80 + 1152 trick, and d * sc (11 x 8 bits) is exact
@@ -335,8 +267,8 @@ struct FragQ8_0 {
         const size_t u = unit_index(W, row, sb);
         const u8* q = W.p0 + u * 256 + 64 * t;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) qv[i] = wld4(q + 16 * i);
-        dpair = wld1(W.p1 + (u * 8 + 2 * t) * 2);
+        for (int i = 0; i < 4; ++i) qv[i] = *(const uint4*)(q + 16 * i);
+        dpair = *(const u32*)(W.p1 + (u * 8 + 2 * t) * 2);
     }
     OJ_DEV void prep(int) {
         dsp[0] = (dpair & 0xFFFFu) | (dpair << 16);

@@ -184,22 +184,6 @@ def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_row
     _assert_same_bits_under(configs, w, x)
 
 
-@pytest.mark.parametrize("ggml_type", [*QUANTIZED, weights.F16])
-@pytest.mark.parametrize("n_rows", [1, 4, 12, 200])
-def test_weight_load_cache_hints_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
-    """Every weight-load cache policy (MatmulConfig.weight_hint: L1::no_allocate, an L2
-    evict_first policy, an L2::256B prefetch hint) loads the same bytes, so the row kernels (1,
-    4, 12 rows, the narrow `_1d` ones among them) and the tiled one (200 rows) give the plain
-    loads' results bit for bit."""
-    import cupy as cp
-
-    rng = np.random.default_rng(130 + 10 * ggml_type + n_rows)
-    configs = [build.MatmulConfig(weight_hint=h) for h in (0, 1, 2, 3)]
-    w, _ = _weight(ggml_type, 72, 256 * 7, int(rng.integers(1 << 30)))
-    x = cp.asarray(rng.standard_normal((n_rows, 256 * 7)).astype(np.float32))
-    _assert_same_bits_under(configs, w, x)
-
-
 def _assert_same_bits_under(configs: list[build.MatmulConfig], w: Any, x: Any) -> None:
     """W x under each tiling, from f32 and from packed activations: all bit for bit the first."""
     import cupy as cp
