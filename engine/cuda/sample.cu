@@ -32,6 +32,9 @@
 #ifndef SAMPLE_CAPW
 #define SAMPLE_CAPW 128  // compacted candidates per warp (the fast path's buffer: 32 KiB)
 #endif
+#ifndef SAMPLE_BATCH
+#define SAMPLE_BATCH 8  // rows of 32 logits a warp loads before compacting any (the fast path)
+#endif
 
 OJ_DEV u32 order_key(float f) {
     const u32 b = __float_as_uint(f);
@@ -247,17 +250,27 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         low = min(low, order_key(mx));
         if (low != 0) {
             int cnt = 0;  // the same on every lane of the warp
-            for (int base = wc.lo; base < wc.hi; base += 32) {
-                const int i = base + lane;
-                const float v = i < wc.hi ? lg[i] : -OJ_INF;
-                const bool keep = i < wc.hi && order_key(v) >= low;
-                const u32 m = __ballot_sync(0xffffffffu, keep);
-                const int at = cnt + __popc(m & ((1u << lane) - 1u));
-                if (keep && at < SAMPLE_CAPW) {
-                    cval[warp * SAMPLE_CAPW + at] = v;
-                    cidx[warp * SAMPLE_CAPW + at] = i;
+            // SAMPLE_BATCH loads of 32 logits issued before the first ballot: one at a time,
+            // each load waited on the ballot before it (L2's latency per 32 logits)
+            for (int base = wc.lo; base < wc.hi; base += 32 * SAMPLE_BATCH) {
+                float vs[SAMPLE_BATCH];
+#pragma unroll
+                for (int b = 0; b < SAMPLE_BATCH; ++b) {
+                    const int i = base + b * 32 + lane;
+                    vs[b] = i < wc.hi ? lg[i] : -OJ_INF;
                 }
-                cnt += __popc(m);
+#pragma unroll
+                for (int b = 0; b < SAMPLE_BATCH; ++b) {
+                    const int i = base + b * 32 + lane;
+                    const bool keep = i < wc.hi && order_key(vs[b]) >= low;
+                    const u32 m = __ballot_sync(0xffffffffu, keep);
+                    const int at = cnt + __popc(m & ((1u << lane) - 1u));
+                    if (keep && at < SAMPLE_CAPW) {
+                        cval[warp * SAMPLE_CAPW + at] = vs[b];
+                        cidx[warp * SAMPLE_CAPW + at] = i;
+                    }
+                    cnt += __popc(m);
+                }
             }
             if (lane == 0) ccount[warp] = cnt;
             __syncthreads();
