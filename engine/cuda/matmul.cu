@@ -14,7 +14,10 @@
 // the blocks 2-8 super-blocks ahead 1-10 % slower, a ring with truly two super-blocks in
 // flight no faster, and a dequantization with 13 % fewer instructions no faster either: the
 // products' speed follows the shape of their launches (fill, drain, the last partial wave),
-// not the loop's bytes in flight or its instruction count; bench/NOTES.md v15f, v16, v17.)
+// not the loop's bytes in flight or its instruction count; bench/NOTES.md v15f, v16, v17.
+// Cache policies on the weight loads (L1::no_allocate, L2 evict_first, an L2::256B hint) were
+// 7-8 % slower at one row, v40a, and the FFN's down product waiting for the gate|up product
+// chunk by chunk through counters 3 % slower than griddepcontrol.wait, v39a.)
 //
 //   W: WDesc (quant.cuh)                 rows N, cols K (K % 256 == 0)
 //   X: f32 [R][ldx]  (row-major, ldx % 4 == 0, 16-byte aligned)
