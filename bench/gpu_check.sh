@@ -21,7 +21,8 @@
 #                                    whole decode steps timed alone, summed per kernel (STEPS)
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
 #                                    (default 1,4): each product kernel's DRAM share, waves,
-#                                    occupancy and warp stalls (~3 min; NCU_KERNEL, NCU_ARGS)
+#                                    occupancy and warp stalls (~3 min; NCU_KERNEL, NCU_ARGS;
+#                                    CONFIGS: MatmulConfig settings, product_kernels.py --configs)
 #   dims                             bench/decode.py --dims "$DIMS" (op-kernel settings, KernelDims
 #                                    fields, as whole steps beside the defaults) [and --deltanet
 #                                    "$DELTANET"], then the op and backend bit tests
@@ -193,8 +194,8 @@ if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the devi
   # SourceCounters" for the instructions the warps stall on
   timeout "${NCU_S:-400}" ncu --clock-control none -k "regex:${NCU_KERNEL:-mm}" --section SpeedOfLight \
     --section LaunchStats --section Occupancy --section WarpStateStats ${NCU_ARGS:-} \
-    python3 bench/product_kernels.py --rows "${ROWS:-1,4}" > "$OUT/ncu.txt" 2>&1
-  grep -E "^  mm|^[a-z_+ ]+ [0-9]+x[0-9]+ rows|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
+    python3 bench/product_kernels.py --rows "${ROWS:-1,4}" --configs "${CONFIGS:-default}" > "$OUT/ncu.txt" 2>&1
+  grep -E "^  mm|[0-9]+x[0-9]+ rows=|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
     "$OUT/ncu.txt"
 fi
 if [ "$MODE" = sample ]; then  # the sampler: its GPU tests, then bench/sample_rows.py here and on _main/ (~3 min)

@@ -9,6 +9,10 @@ Products: ffn_gate+up (Q4_K, 34816 x 5120), ffn_down (Q6_K, 5120 x 17408) and ss
 f16 activations (mmh* kernels) as in the forward pass; ssm_out also on f32 rows (mm_* kernels,
 what MatmulConfig.packed_mixer_out off gives it: the same weight, so the two differ only in the
 activations).
+
+--configs runs them under each MatmulConfig setting in turn, in one process (one profile):
+"default;few_rows=8" puts the 12-row passes on the `_2` kernels (two m-tiles a warp) beside
+the default `_2f` ones. A setting is fields joined by "+", each FIELD=INT.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import require_gpu  # noqa: E402
-from engine.cuda import kernels, weights  # noqa: E402
+from engine.cuda import build, kernels, weights  # noqa: E402
 
 PRODUCTS = [  # name, format, rows, cols, packed activations
     ("ffn_gate+up", weights.Q4_K, 34816, 5120, True),
@@ -34,21 +39,42 @@ PRODUCTS = [  # name, format, rows, cols, packed activations
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,4,12", help="activation row counts")
+    parser.add_argument(
+        "--configs", default="default", help='MatmulConfig settings, ";"-separated (see above)'
+    )
     args = parser.parse_args()
     require_gpu("bench/product_kernels.py")
     import cupy as cp
 
-    for name, gtype, rows, cols, packed in PRODUCTS:
-        w = weights.random_weight(name, gtype, rows, cols, seed=rows)
-        for n_rows in (int(r) for r in args.rows.split(",")):
-            x = cp.random.default_rng(n_rows).standard_normal((n_rows, cols), dtype=cp.float32)
-            xh = kernels.pack_activations(x) if packed else None
-            y = cp.empty((n_rows, rows), dtype=cp.float32)
-            kernels.matmul(w, x, y, xh=xh)  # compile and warm up (ncu -k regex:mm sees both)
-            kernels.matmul(w, x, y, xh=xh)
-            cp.cuda.Device().synchronize()
-            print(f"{name} {rows}x{cols} rows={n_rows}", flush=True)
+    default = build.MATMUL_CONFIG
+    try:
+        for setting in args.configs.split(";"):
+            build.MATMUL_CONFIG = matmul_config(setting)
+            for name, gtype, rows, cols, packed in PRODUCTS:
+                w = weights.random_weight(name, gtype, rows, cols, seed=rows)
+                for n_rows in (int(r) for r in args.rows.split(",")):
+                    rng = cp.random.default_rng(n_rows)
+                    x = rng.standard_normal((n_rows, cols), dtype=cp.float32)
+                    xh = kernels.pack_activations(x) if packed else None
+                    y = cp.empty((n_rows, rows), dtype=cp.float32)
+                    kernels.matmul(w, x, y, xh=xh)  # compile, warm up (ncu -k regex:mm sees both)
+                    kernels.matmul(w, x, y, xh=xh)
+                    cp.cuda.Device().synchronize()
+                    print(f"{setting}: {name} {rows}x{cols} rows={n_rows}", flush=True)
+    finally:
+        build.MATMUL_CONFIG = default
     return 0
+
+
+def matmul_config(setting: str) -> build.MatmulConfig:
+    """The MatmulConfig a setting names: "default", or FIELD=INT joined by "+"."""
+    if setting == "default":
+        return build.MatmulConfig()
+    fields: dict[str, Any] = {}
+    for kv in setting.split("+"):
+        key, _, value = kv.partition("=")
+        fields[key] = int(value)
+    return build.MatmulConfig(**fields)
 
 
 if __name__ == "__main__":
