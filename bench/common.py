@@ -92,6 +92,11 @@ def _cuda_props() -> dict[str, Any]:
         return {}
 
 
+def setting_fields(setting: str) -> dict[str, int]:
+    """A sweep's setting as config fields: FIELD=INT joined by "+" ("" for none)."""
+    return {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
+
+
 def require_gpu(script: str) -> None:
     """Stop a GPU-only benchmark with a clear message (exit status 2) where CuPy reaches no GPU."""
     if not _cuda_props():

@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import manifest, require_gpu  # noqa: E402
+from bench.common import manifest, require_gpu, setting_fields  # noqa: E402
 from engine.backend import SamplingParams  # noqa: E402
 from engine.cuda import kernels, weights  # noqa: E402
 from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type  # noqa: E402
@@ -505,8 +505,7 @@ def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
     }
     out = []
     for setting in settings:
-        fields = {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
-        with _under_dims(backend, **fields):
+        with _under_dims(backend, **setting_fields(setting)):
             row: dict[str, Any] = {"setting": setting or "default"}
             for name, (per_slot, context, n_sample) in cases.items():
                 row[name] = time_rows(backend, per_slot, context, n_sample)

@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import require_gpu  # noqa: E402
+from bench.common import require_gpu, setting_fields  # noqa: E402
 from engine.cuda import build, kernels, weights  # noqa: E402
 
 PRODUCTS = [  # name, format, rows, cols, packed activations
@@ -46,34 +46,24 @@ def main() -> int:
     require_gpu("bench/product_kernels.py")
     import cupy as cp
 
-    default = build.MATMUL_CONFIG
-    try:
-        for setting in args.configs.split(";"):
-            build.MATMUL_CONFIG = matmul_config(setting)
-            for name, gtype, rows, cols, packed in PRODUCTS:
-                w = weights.random_weight(name, gtype, rows, cols, seed=rows)
-                for n_rows in (int(r) for r in args.rows.split(",")):
-                    rng = cp.random.default_rng(n_rows)
-                    x = rng.standard_normal((n_rows, cols), dtype=cp.float32)
-                    xh = kernels.pack_activations(x) if packed else None
-                    y = cp.empty((n_rows, rows), dtype=cp.float32)
-                    kernels.matmul(w, x, y, xh=xh)  # compile, warm up (ncu -k regex:mm sees both)
-                    kernels.matmul(w, x, y, xh=xh)
-                    cp.cuda.Device().synchronize()
-                    print(f"{setting}: {name} {rows}x{cols} rows={n_rows}", flush=True)
-    finally:
-        build.MATMUL_CONFIG = default
+    for setting in args.configs.split(";"):
+        build.MATMUL_CONFIG = matmul_config(setting)
+        for name, gtype, rows, cols, packed in PRODUCTS:
+            w = weights.random_weight(name, gtype, rows, cols, seed=rows)
+            for n_rows in (int(r) for r in args.rows.split(",")):
+                x = cp.random.default_rng(n_rows).standard_normal((n_rows, cols), dtype=cp.float32)
+                xh = kernels.pack_activations(x) if packed else None
+                y = cp.empty((n_rows, rows), dtype=cp.float32)
+                kernels.matmul(w, x, y, xh=xh)  # compile and warm up (ncu -k regex:mm sees both)
+                kernels.matmul(w, x, y, xh=xh)
+                cp.cuda.Device().synchronize()
+                print(f"{setting}: {name} {rows}x{cols} rows={n_rows}", flush=True)
     return 0
 
 
 def matmul_config(setting: str) -> build.MatmulConfig:
     """The MatmulConfig a setting names: "default", or FIELD=INT joined by "+"."""
-    if setting == "default":
-        return build.MatmulConfig()
-    fields: dict[str, Any] = {}
-    for kv in setting.split("+"):
-        key, _, value = kv.partition("=")
-        fields[key] = int(value)
+    fields: dict[str, Any] = setting_fields("" if setting == "default" else setting)
     return build.MatmulConfig(**fields)
 
 

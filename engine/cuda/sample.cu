@@ -250,8 +250,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         low = min(low, order_key(mx));
         if (low != 0) {
             int cnt = 0;  // the same on every lane of the warp
-            // SAMPLE_BATCH loads of 32 logits issued before the first ballot: one at a time,
-            // each load waited on the ballot before it (L2's latency per 32 logits)
+            // SAMPLE_BATCH loads of 32 logits in flight before the first ballot (one at a time,
+            // each load waited for the ballot before it: L2's latency per 32 logits; v40b)
             for (int base = wc.lo; base < wc.hi; base += 32 * SAMPLE_BATCH) {
                 float vs[SAMPLE_BATCH];
 #pragma unroll
