@@ -46,10 +46,11 @@ def main() -> int:
     require_gpu("bench/product_kernels.py")
     import cupy as cp
 
+    # the weights once: every setting multiplies the same ones
+    mats = [weights.random_weight(name, g, rows, cols, seed=rows) for name, g, rows, cols, _ in PRODUCTS]  # fmt: skip
     for setting in args.configs.split(";"):
         build.MATMUL_CONFIG = matmul_config(setting)
-        for name, gtype, rows, cols, packed in PRODUCTS:
-            w = weights.random_weight(name, gtype, rows, cols, seed=rows)
+        for w, (name, _, rows, cols, packed) in zip(mats, PRODUCTS, strict=True):
             for n_rows in (int(r) for r in args.rows.split(",")):
                 x = cp.random.default_rng(n_rows).standard_normal((n_rows, cols), dtype=cp.float32)
                 xh = kernels.pack_activations(x) if packed else None
