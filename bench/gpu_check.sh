@@ -19,6 +19,8 @@
 #                                    and on _main/ if carried (see compare-main)
 #   kernels                          bench/step_kernels.py under Nsight Compute: every kernel of
 #                                    whole decode steps timed alone, summed per kernel (STEPS)
+#   stalls                           ncu's every stall reason of the product kernels (ROWS,
+#                                    NCU_KERNEL, CONFIGS), per kernel and per SASS instruction
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
 #                                    (default 1,4): each product kernel's DRAM share, waves,
 #                                    occupancy and warp stalls (~3 min; NCU_KERNEL, NCU_ARGS;
@@ -197,6 +199,23 @@ if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the devi
     python3 bench/product_kernels.py --rows "${ROWS:-1,4}" --configs "${CONFIGS:-default}" > "$OUT/ncu.txt" 2>&1
   grep -E "^  mm|[0-9]+x[0-9]+ rows=|Duration|DRAM Throughput|Waves Per SM|Achieved Occupancy" \
     "$OUT/ncu.txt"
+fi
+if [ "$MODE" = stalls ]; then  # every stall reason of the product kernels, per kernel and per SASS line
+  # NCU_KERNEL, ROWS, CONFIGS as for ncu. Writes stall_metrics.txt (the names this ncu knows),
+  # stalls.txt (each kernel's average stall cycles per issued instruction, by reason) and
+  # sass.csv.gz (the profiled launches' instructions with their sampled stalls)
+  ncu --query-metrics 2>/dev/null | grep -E "warps_issue_stalled" > "$OUT/stall_metrics.txt" || true
+  timeout "${NCU_S:-400}" ncu --clock-control none -k "regex:${NCU_KERNEL:-mm}" --section WarpStateStats \
+    --section SourceCounters --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    -o "$OUT/stalls" python3 bench/product_kernels.py --rows "${ROWS:-1,12}" --configs "${CONFIGS:-default}" \
+    > "$OUT/stalls_run.txt" 2>&1
+  ncu -i "$OUT/stalls.ncu-rep" --page raw --csv \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,gpu__time_duration.sum" \
+    > "$OUT/stalls.csv" 2>&1 || true
+  ncu -i "$OUT/stalls.ncu-rep" --page details --print-details all > "$OUT/stalls.txt" 2>&1 || true
+  ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1 || true
+  python3 bench/stall_table.py "$OUT/stalls.csv" "$OUT/sass.csv" | tee "$OUT/stall_table.txt"
+  gzip -f "$OUT/sass.csv" "$OUT/stalls.txt"
 fi
 if [ "$MODE" = sample ]; then  # the sampler: its GPU tests, then bench/sample_rows.py here and on _main/ (~3 min)
   # TESTS: more pytest -k terms (e.g. "or batch"); _main/ (carried, as compare-main's) is timed
