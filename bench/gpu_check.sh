@@ -202,8 +202,9 @@ if [ "$MODE" = ncu ]; then  # the product kernels under Nsight Compute (the devi
 fi
 if [ "$MODE" = stalls ]; then  # every stall reason of the product kernels, per kernel and per SASS line
   # NCU_KERNEL, ROWS, CONFIGS as for ncu. Writes stall_metrics.txt (the names this ncu knows),
-  # stalls.txt (each kernel's average stall cycles per issued instruction, by reason) and
-  # sass.csv.gz (the profiled launches' instructions with their sampled stalls)
+  # stalls.csv (each launch's average stall cycles per issued instruction, by reason),
+  # stalls.txt.gz (ncu's detail pages), sass.csv.gz (the profiled launches' instructions with
+  # their sampled stalls) and stall_table.txt (bench/stall_table.py's summary of the two CSVs)
   ncu --query-metrics 2>/dev/null | grep -E "warps_issue_stalled" > "$OUT/stall_metrics.txt" || true
   timeout "${NCU_S:-400}" ncu --clock-control none -k "regex:${NCU_KERNEL:-mm}" --section WarpStateStats \
     --section SourceCounters --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
