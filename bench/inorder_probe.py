@@ -14,6 +14,10 @@ before), with per link:
   after_l2     a load that misses L1 and hits L2, then the hit load
   after_cp_async  a cp.async of a fresh DRAM line into shared memory, then the hit load
 
+Each mode runs its own branch of the loop, so the chain's own cost differs a little between
+modes (on the H100, 171 cycles alone against 115 behind a cp.async): read the hundreds of
+cycles that a DRAM load in front adds, not a few tens.
+
 The loads are inline PTX, issued in the order written (tests/unit/test_bench_inorder_probe.py
 reads the SASS). The far loads are ld.volatile (kept though unused); the hit loads ld.global.nc.
 
@@ -93,7 +97,7 @@ def main() -> int:
     hot = cp.asarray(((j + 32) % 1024).astype(np.int32))  # the next link's base + this lane
     sink = cp.zeros(ctas * 32, dtype=cp.int32)
     cycles = cp.zeros(ctas, dtype=cp.int64)
-    far = cp.zeros(len(MODES) * trials * ctas * stride, dtype=cp.int32)  # 2.2 GB, once
+    far = cp.zeros(len(MODES) * trials * ctas * stride, dtype=cp.int32)  # 2.8 GB, once
     flush = cp.ones(96 << 20, dtype=cp.int32)  # 384 MB read before each trial: L2 emptied
     l2 = cp.zeros(ctas * 32 * 64, dtype=cp.int32)
     for mode, name in enumerate(MODES):
