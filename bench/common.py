@@ -8,6 +8,7 @@ their CPU smoke modes.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,21 @@ def _cuda_props() -> dict[str, Any]:
 def setting_fields(setting: str) -> dict[str, int]:
     """A sweep's setting as config fields: FIELD=INT joined by "+" ("" for none)."""
     return {k: int(v) for k, v in (kv.split("=") for kv in setting.split("+") if kv)}
+
+
+def ncu_raw_rows(lines: Iterable[str]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """`ncu --csv --page raw` output as (each column's unit, one dict per profiled launch). Lines
+    that are not CSV rows (the program's own output, ncu's notes) are skipped; ({}, []) where
+    no row names a "Kernel Name" column. The row after the header holds the units."""
+    rows = list(csv.reader(line for line in lines if line.startswith('"')))
+    head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if head is None or head + 1 >= len(rows):
+        return {}, []
+    names = rows[head]
+    units = dict(zip(names, rows[head + 1], strict=False))
+    return units, [
+        dict(zip(names, r, strict=True)) for r in rows[head + 2 :] if len(r) == len(names)
+    ]
 
 
 def require_gpu(script: str) -> None:

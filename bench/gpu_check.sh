@@ -205,13 +205,13 @@ if [ "$MODE" = stalls ]; then  # every stall reason of the product kernels, per 
   # stalls.csv (each launch's average stall cycles per issued instruction, by reason),
   # stalls.txt.gz (ncu's detail pages), sass.csv.gz (the profiled launches' instructions with
   # their sampled stalls) and stall_table.txt (bench/stall_table.py's summary of the two CSVs)
+  stalled="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
   ncu --query-metrics 2>/dev/null | grep -E "warps_issue_stalled" > "$OUT/stall_metrics.txt" || true
   timeout "${NCU_S:-400}" ncu --clock-control none -k "regex:${NCU_KERNEL:-mm}" --section WarpStateStats \
-    --section SourceCounters --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    --section SourceCounters --metrics "$stalled" \
     -o "$OUT/stalls" python3 bench/product_kernels.py --rows "${ROWS:-1,12}" --configs "${CONFIGS:-default}" \
     > "$OUT/stalls_run.txt" 2>&1
-  ncu -i "$OUT/stalls.ncu-rep" --page raw --csv \
-    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,gpu__time_duration.sum" \
+  ncu -i "$OUT/stalls.ncu-rep" --page raw --csv --metrics "$stalled,gpu__time_duration.sum" \
     > "$OUT/stalls.csv" 2>&1 || true
   ncu -i "$OUT/stalls.ncu-rep" --page details --print-details all > "$OUT/stalls.txt" 2>&1 || true
   ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1 || true

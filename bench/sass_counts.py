@@ -35,10 +35,20 @@ HMMA_PER_SUPERBLOCK = 16  # mma chunks of one 256-element super-block per (m-til
 MMA_OPCODES = ("HMMA", "IMMA")  # tensor-core mma: f16 (the engine's), integer (probes)
 _FUNCTION = re.compile(r"^\s*\.text\.(\w+):\s*$")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):\s*$")
+# an instruction's optional predicate, then its opcode (the modifiers after it not captured)
+_OPCODE = r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)"
 # "/*0a40*/  @!P0 BRA `(.L_x_12) ;" -> opcode (without modifiers), operands
-_INSTRUCTION = re.compile(
-    r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)\S*\s*([^;]*);"
-)
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+" + _OPCODE + r"\S*\s*([^;]*);")
+_SOURCE_OPCODE = re.compile(r"\s*" + _OPCODE)
+
+
+def opcode(source: str) -> str:
+    """The opcode of one SASS instruction's text without its predicate and modifiers
+    ("@!P0 LDG.E.64 R2, [R4.64]" -> LDG; "?" where there is none)."""
+    m = _SOURCE_OPCODE.match(source)
+    return m.group(1) if m else "?"
+
+
 _TARGET = re.compile(r"\((\.L_x_\d+)\)")
 
 

@@ -19,6 +19,11 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ncu_raw_rows
+from bench.sass_counts import opcode
+
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -42,17 +47,10 @@ def read_text(path: Path) -> str:
 def kernel_stalls(raw_csv: str) -> list[tuple[str, str, list[tuple[str, float]]]]:
     """(kernel name, duration with its unit, [(reason, cycles per issued instruction)] largest
     first) per launch."""
-    rows = list(csv.reader(io.StringIO(raw_csv)))
-    head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-    if head is None or head + 1 >= len(rows):
-        return []
-    names, units = rows[head], rows[head + 1]
-    unit = dict(zip(names, units, strict=False)).get("gpu__time_duration.sum", "")
+    units, launches = ncu_raw_rows(raw_csv.splitlines())
+    unit = units.get("gpu__time_duration.sum", "")
     out = []
-    for r in rows[head + 2 :]:
-        if len(r) != len(names):
-            continue
-        rec = dict(zip(names, r, strict=True))
+    for rec in launches:
         reasons = [
             (k[len(STALL_PREFIX) : -len(STALL_SUFFIX)], number(v))
             for k, v in rec.items()
@@ -79,14 +77,6 @@ def sass_tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:
             tables[-1][1].append(dict(zip(names, cells, strict=True)))
     # ncu's page prints each launch twice, one after the other
     return [t for i, t in enumerate(tables) if i == 0 or t != tables[i - 1]]
-
-
-def opcode(source: str) -> str:
-    """The opcode of a SASS line without its predicate and modifiers ("@!P0 LDG.E.64 ..." -> LDG)."""
-    words = source.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0].split(".")[0] if words else "?"
 
 
 def reason_columns(row: dict[str, str]) -> list[str]:

@@ -16,7 +16,6 @@ microseconds and the sum; a step starts at its embedding kernel (embed_rows).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from collections.abc import Iterable
@@ -25,6 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common import ncu_raw_rows  # noqa: E402
 
 FIRST_KERNEL = "embed_rows"  # engine/cuda/kernels.embed: the first launch of every step
 METRIC = "gpu__time_duration.sum"
@@ -42,24 +43,18 @@ def parse_steps(arg: str) -> list[list[int]]:
 def read_ncu_csv(lines: Iterable[str]) -> list[tuple[str, float]]:
     """(kernel name, microseconds) in launch order from `ncu --csv --page raw` output (other
     lines, e.g. the program's own, are skipped; the row after the header holds the units)."""
-    rows = [line for line in lines if line.startswith('"')]
-    if not rows:
-        raise ValueError("no ncu CSV rows in the input")
-    reader = csv.reader(rows)
-    header = next(reader)
-    try:
-        name_col, value_col = header.index("Kernel Name"), header.index(METRIC)
-    except ValueError as e:
-        raise ValueError(f"ncu CSV without 'Kernel Name' and {METRIC} columns") from e
-    units = next(reader)
-    scale = TO_US.get(units[value_col].strip())
+    units, launches = ncu_raw_rows(lines)
+    if not units:
+        raise ValueError("no ncu CSV rows with a 'Kernel Name' column in the input")
+    if METRIC not in units:
+        raise ValueError(f"ncu CSV without 'Kernel Name' and {METRIC} columns")
+    scale = TO_US.get(units[METRIC].strip())
     if scale is None:
-        raise ValueError(f"unknown unit {units[value_col]!r} for {METRIC}")
-    out = []
-    for row in reader:
-        name = row[name_col].split("(")[0].strip()
-        out.append((name, float(row[value_col].replace(",", "")) * scale))
-    return out
+        raise ValueError(f"unknown unit {units[METRIC]!r} for {METRIC}")
+    return [
+        (r["Kernel Name"].split("(")[0].strip(), float(r[METRIC].replace(",", "")) * scale)
+        for r in launches
+    ]
 
 
 def split_steps(kernels: list[tuple[str, float]]) -> list[list[tuple[str, float]]]:
