@@ -98,10 +98,12 @@ def compile_cubin(source: Path, arch: int, defines: tuple[str, ...], out: Path) 
         raise SystemExit(f"nvcc failed:\n{done.stderr[-4000:]}")
 
 
-def disassemble(cubin: Path) -> dict[str, list[str]]:
-    """nvdisasm's listing of every kernel in cubin, by kernel name."""
+def disassemble(cubin: Path, encodings: bool = False) -> dict[str, list[str]]:
+    """nvdisasm's listing of every kernel in cubin, by kernel name; encodings: each instruction
+    line followed by a line with the high 64 bits of its encoding (nvdisasm -hex)."""
+    flags = ["-c", "-hex"] if encodings else ["-c"]
     listing = subprocess.run(
-        [find_nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True
+        [find_nvdisasm(), *flags, str(cubin)], capture_output=True, text=True, check=True
     ).stdout
     kernels: dict[str, list[str]] = {}
     current: list[str] | None = None
@@ -113,26 +115,48 @@ def disassemble(cubin: Path) -> dict[str, list[str]]:
     return kernels
 
 
-def mma_loop(lines: list[str]) -> LoopCount | None:
-    """Of a kernel listing's loops (a label, then a later branch back to it) that contain mma
-    instructions (MMA_OPCODES), the innermost (the shortest); None if there is none."""
+@dataclass(frozen=True)
+class Listed:
+    """One instruction of a kernel listing: opcode (without modifiers), operands, and the index
+    of its line in the listing."""
+
+    opcode: str
+    operands: str
+    line: int
+
+
+def parse_listing(lines: list[str]) -> tuple[list[Listed], dict[str, int]]:
+    """A kernel listing's instructions in order, and each label's index among them."""
     labels: dict[str, int] = {}
-    code: list[tuple[str, str]] = []  # (opcode, operands)
-    for line in lines:
+    code: list[Listed] = []
+    for n, line in enumerate(lines):
         if m := _LABEL.match(line):
             labels[m.group(1)] = len(code)
         elif m := _INSTRUCTION.match(line):
-            code.append((m.group(1), m.group(2)))
+            code.append(Listed(m.group(1), m.group(2), n))
+    return code, labels
+
+
+def innermost_mma_loop(code: list[Listed], labels: dict[str, int]) -> range | None:
+    """Of a listing's loops (a label, then a later branch back to it) that contain mma
+    instructions (MMA_OPCODES), the innermost (the shortest), as indices into code."""
     best: range | None = None
-    for end, (opcode, operands) in enumerate(code):
-        target = _TARGET.search(operands) if opcode == "BRA" else None
+    for end, ins in enumerate(code):
+        target = _TARGET.search(ins.operands) if ins.opcode == "BRA" else None
         start = labels.get(target.group(1), end + 1) if target else end + 1
         body = range(start, end + 1)  # empty for a forward branch
-        if any(code[i][0] in MMA_OPCODES for i in body) and (best is None or len(body) < len(best)):
+        if any(code[i].opcode in MMA_OPCODES for i in body) and (
+            best is None or len(body) < len(best)
+        ):
             best = body
-    if best is None:
-        return None
-    return LoopCount(Counter(code[i][0] for i in best))
+    return best
+
+
+def mma_loop(lines: list[str]) -> LoopCount | None:
+    """The opcodes of a kernel listing's innermost loop with mma instructions; None if none."""
+    code, labels = parse_listing(lines)
+    body = innermost_mma_loop(code, labels)
+    return None if body is None else LoopCount(Counter(code[i].opcode for i in body))
 
 
 def main() -> None:
