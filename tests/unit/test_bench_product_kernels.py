@@ -1,5 +1,4 @@
-"""bench/product_kernels.py's settings: what `--configs` turns into, and the shapes of
-bench/resident_products.py (CPU, no GPU needed)."""
+"""bench/product_kernels.py's settings: what `--configs` turns into (CPU, no GPU needed)."""
 
 from __future__ import annotations
 
@@ -29,14 +28,3 @@ def test_few_rows_8_puts_twelve_rows_on_the_two_m_tile_kernels() -> None:
 def test_a_setting_without_a_value_is_refused() -> None:
     with pytest.raises(ValueError):
         matmul_config("few_rows")
-
-
-def test_resident_shapes_parse_and_bad_ones_are_refused() -> None:
-    """bench/resident_products.py --shapes: FORMAT:ROWSxCOLS."""
-    from bench.resident_products import DEFAULT_SHAPES, parse_shape
-
-    assert parse_shape("q4_k:8192x5120") == ("q4_k", weights.Q4_K, 8192, 5120)
-    assert [parse_shape(s)[2] for s in DEFAULT_SHAPES.split(",")] == [8192, 12288, 34816]
-    for bad in ("q4_k:8192", "q3_k:16x256", "q4_k:ax5120"):
-        with pytest.raises(SystemExit, match="bad shape"):
-            parse_shape(bad)

@@ -120,7 +120,7 @@ def test_marker_without_targets_means_the_server_alone(tmp_path: Path) -> None:
         ls.provision_llama_server(tmp_path, targets=[])
 
 
-GPU_ONLY = ["decode", "step_host", "weight_access", "product_kernels", "resident_products"]
+GPU_ONLY = ["decode", "step_host", "weight_access", "product_kernels"]
 
 
 @pytest.mark.parametrize("script", GPU_ONLY)
