@@ -4,12 +4,10 @@ are installed, as on the development and CI machines)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
-
 from bench import sass_counts
+from tests.support.sass_kernels import loop_mma_cubin
 
 LISTING = """
         /*0000*/                   LDC R1, c[0x0][0x28] ;
@@ -23,20 +21,6 @@ LISTING = """
         /*0060*/               @P0 BRA `(.L_x_2) ;
         /*0070*/              @!P1 BRA `(.L_x_1) ;
         /*0080*/                   EXIT ;
-"""
-
-KERNEL = """
-#include "common.cuh"
-extern "C" __global__ void loop_mma(const uint4* a, const uint2* b, float* y, int n) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint4 x = a[i];
-        const uint2 v = b[i];
-        mma_16816(acc, x.x, x.y, x.z, x.w, v.x, v.y);
-        mma_16816(acc, x.y, x.x, x.w, x.z, v.y, v.x);
-    }
-    y[threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3];
-}
 """
 
 
@@ -53,16 +37,8 @@ def test_a_kernel_without_an_mma_loop_has_none() -> None:
     assert sass_counts.mma_loop(lines) is None
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_a_compiled_kernel_loop_holds_its_two_mma(tmp_path: Path) -> None:
-    try:
-        sass_counts.find_nvdisasm()
-    except SystemExit:
-        pytest.skip("needs nvdisasm (the dev extras' nvidia-cuda-nvdisasm)")
-    source = tmp_path / "k.cu"
-    source.write_text(KERNEL)
-    cubin = tmp_path / "k.cubin"
-    sass_counts.compile_cubin(source, 80, (), cubin)
+    cubin = loop_mma_cubin(tmp_path)
     kernels = sass_counts.disassemble(cubin)
     loop = sass_counts.mma_loop(kernels["loop_mma"])
     assert loop is not None and loop.mma == 2

@@ -4,13 +4,11 @@ and nvdisasm where both are installed, as on the development and CI machines).""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-
-import pytest
 
 from bench import sass_counts, sass_scoreboards
 from bench.sass_scoreboards import Control
+from tests.support.sass_kernels import loop_mma_cubin
 
 NO_SB = 7
 
@@ -96,18 +94,10 @@ def test_stall_samples_are_keyed_by_offset(tmp_path: Path) -> None:
     assert samples[0xF0] == (8704, 12, "short_sb=6 wait=5")
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_a_compiled_mma_waits_on_its_own_load(tmp_path: Path) -> None:
     """In a real sm_80 loop every global load counts on a scoreboard, and each mma waits on one
     that counts the load of its B operand."""
-    try:
-        sass_counts.find_nvdisasm()
-    except SystemExit:
-        pytest.skip("needs nvdisasm (the dev extras' nvidia-cuda-nvdisasm)")
-    source = tmp_path / "k.cu"
-    source.write_text(KERNEL)
-    cubin = tmp_path / "k.cubin"
-    sass_counts.compile_cubin(source, 80, (), cubin)
+    cubin = loop_mma_cubin(tmp_path)
     code, body = sass_scoreboards.encoded_instructions(
         sass_counts.disassemble(cubin, encodings=True)["loop_mma"]
     )
@@ -118,17 +108,3 @@ def test_a_compiled_mma_waits_on_its_own_load(tmp_path: Path) -> None:
     for i in (i for i in body if code[i].opcode == "HMMA"):
         producers = {j for w in waits if w.waiter <= i for j in w.producers}
         assert any(code[j].written() & code[i].read() for j in producers)
-
-
-KERNEL = """
-#include "common.cuh"
-extern "C" __global__ void loop_mma(const uint4* a, const uint2* b, float* y, int n) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint4 x = a[i];
-        const uint2 v = b[i];
-        mma_16816(acc, x.x, x.y, x.z, x.w, v.x, v.y);
-    }
-    y[threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3];
-}
-"""
