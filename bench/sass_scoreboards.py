@@ -86,7 +86,8 @@ class Instruction:
         first = _REGISTER.search(self.text.split(",")[0])
         if first is None:
             return set()
-        width = 4 if ".128" in self.text else 2 if ".64" in self.text else 1
+        name = next(t for t in self.text.split() if not t.startswith("@"))  # opcode.modifiers
+        width = 4 if ".128" in name else 2 if ".64" in name else 1
         return {int(first.group(1)) + k for k in range(width)}
 
     def read(self) -> set[int]:

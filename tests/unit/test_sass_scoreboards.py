@@ -108,3 +108,14 @@ def test_a_compiled_mma_waits_on_its_own_load(tmp_path: Path) -> None:
     for i in (i for i in body if code[i].opcode == "HMMA"):
         producers = {j for w in waits if w.waiter <= i for j in w.producers}
         assert any(code[j].written() & code[i].read() for j in producers)
+
+
+def test_a_load_writes_as_many_registers_as_its_width() -> None:
+    """The width comes from the opcode's modifiers, not from a 64-bit address operand."""
+    control = Control.from_high_word(0)
+    ld = sass_scoreboards.Instruction
+    assert ld(0, "LDG", "@!P1 LDG.E.128 R68, desc[UR8][R156.64]", control).written() == {
+        68, 69, 70, 71,
+    }  # fmt: skip
+    assert ld(0, "LDG", "LDG.E.64.CONSTANT R34, desc[UR8][R134.64]", control).written() == {34, 35}
+    assert ld(0, "LDG", "LDG.E R4, desc[UR4][R10.64]", control).written() == {4}
