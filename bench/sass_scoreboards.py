@@ -105,7 +105,8 @@ class Instruction:
 @dataclass(frozen=True)
 class Wait:
     """What one instruction waits for on one scoreboard: the instructions (indices) counted on
-    it when it issues, oldest first, and how many may still be outstanding (DEPBAR.LE)."""
+    it that must finish first, oldest first (all of them, or all but the newest k under
+    `DEPBAR.LE SBn, k`)."""
 
     waiter: int
     scoreboard: int
@@ -136,17 +137,16 @@ def loop_waits(code: list[Instruction], body: range, passes: int = 3) -> list[Wa
     for p in range(passes):
         for i in body:
             ins = code[i]
-            cleared = [(s, counted[s], 0) for s in ins.control.waits_on()]
-            if m := _DEPBAR.search(ins.text):  # wait until at most k remain (the newest k)
-                s, keep = int(m.group(1)), int(m.group(2), 0)
-                cleared.append((s, counted[s], keep))
-            for s, producers, keep in cleared:
-                done = producers[: len(producers) - keep] if keep else producers
+            waited = [(s, 0) for s in ins.control.waits_on()]  # (scoreboard, how many may remain)
+            if m := _DEPBAR.search(ins.text):  # until at most k remain: the newest k (in order)
+                waited.append((int(m.group(1)), int(m.group(2), 0)))
+            for s, keep in waited:
+                done = counted[s][: max(0, len(counted[s]) - keep)]
                 if done and p == passes - 1:
                     waits.append(
                         Wait(i, s, tuple(j for j, _ in done), tuple(q < p for _, q in done))
                     )
-                counted[s] = producers[len(producers) - keep :] if keep else []
+                counted[s] = counted[s][len(done) :]
             for sb in (ins.control.write_sb, ins.control.read_sb):
                 if sb is not None:
                     counted[sb] = [*counted[sb], (i, p)]
