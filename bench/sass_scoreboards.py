@@ -11,13 +11,15 @@ operand reuse (4). `DEPBAR.LE SBn, k` waits until at most k remain counted on SB
 v42h asked whether the first mma of a super-block waits on loads other than its own operand's.
 
     python bench/sass_scoreboards.py --kernels mmh_q4_k_2f
-    python bench/sass_scoreboards.py --kernels mmh_q4_k_2f --set async_w=2 \\
+    python bench/sass_scoreboards.py --kernels mmh_q4_k_2f \\
         --stalls bench/results/2026-12-06_v42a_sass_mmh_q4_k_2f.txt
+    python bench/sass_scoreboards.py --kernels mmh_q4_k_2 --set few_rows=8 --stalls sass.csv.gz
 
 For each instruction of the loop that waits on anything, in the loop's steady state (the body
 walked three times, the last reported): its offset, text, each scoreboard it waits on with the
 instructions counted there (its own producers, those of other registers, and how many of those
-were issued after its own), and the stall samples of that line where --stalls gives them.
+were issued after its own), and the stall samples of that line where --stalls gives them (the
+`sass.csv.gz` of a `bash bench/gpu_check.sh stalls` call, or a line table kept in results).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import setting_fields
 from bench.sass_counts import compile_cubin, disassemble, innermost_mma_loop, parse_listing
+from bench.stall_table import SAMPLES, line_reasons, number, read_text, sass_tables
 from engine.cuda import build
 
 SCOREBOARDS = 6
@@ -153,19 +156,33 @@ def loop_waits(code: list[Instruction], body: range, passes: int = 3) -> list[Wa
     return waits
 
 
-def stall_samples(path: Path) -> dict[int, tuple[int, int, str]]:
-    """(executions, samples, reasons) by offset from the kernel's first address, from a SASS
-    line table as bench/results/*_sass_*.txt keep it."""
-    rows: dict[int, tuple[int, int, str]] = {}
-    first: int | None = None
-    for line in path.read_text().splitlines():
-        m = _STALL_LINE.match(line)
-        if m is None:
-            continue
-        address = int(m.group(1), 16)
-        first = address if first is None else first
-        rows[address - first] = (int(m.group(2)), int(m.group(3)), m.group(5).strip())
-    return rows
+def stall_samples(path: Path, kernel: str = "") -> dict[int, tuple[int, int, str]]:
+    """(executions, samples, reasons) by offset from the kernel's first address: from ncu's
+    source-page CSV (`sass.csv[.gz]`, as `bash bench/gpu_check.sh stalls` brings it back; the
+    first profiled launch of `kernel`), or from a SASS line table as bench/results/*_sass_*.txt
+    keep one kernel's (address, executions, samples, source, reason=count ...)."""
+    if ".csv" in path.name:
+        launches = [r for name, r in sass_tables(read_text(path)) if name.split("(")[0] == kernel]
+        if not launches:
+            raise SystemExit(f"{path}: no profiled launch of {kernel}")
+        lines = [
+            (
+                int(r["Address"], 16),
+                int(number(r["Instructions Executed"])),
+                int(number(r[SAMPLES])),
+                " ".join(f"{k}={v:.0f}" for k, v in line_reasons(r) if v),
+            )
+            for r in launches[0]
+        ]
+    else:
+        matches = (_STALL_LINE.match(line) for line in path.read_text().splitlines())
+        lines = [
+            (int(m.group(1), 16), int(m.group(2)), int(m.group(3)), m.group(5).strip())
+            for m in matches
+            if m is not None
+        ]
+    first = lines[0][0] if lines else 0
+    return {a - first: (executed, sampled, why) for a, executed, sampled, why in lines}
 
 
 def describe(code: list[Instruction], wait: Wait) -> str:
@@ -211,7 +228,9 @@ def main() -> None:
     parser.add_argument("--kernels", default=r"mmh_q4_k_2f", help="regex of kernel names")
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--set", default="", help="MatmulConfig fields: FIELD=INT joined by +")
-    parser.add_argument("--stalls", type=Path, help="a SASS line table with stall samples")
+    parser.add_argument(
+        "--stalls", type=Path, help="one kernel's stall samples: sass.csv[.gz] or a line table"
+    )
     args = parser.parse_args()
     config = build.MatmulConfig(**setting_fields(args.set))  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,7 +241,7 @@ def main() -> None:
     names = sorted(k for k in kernels if pattern.fullmatch(k))
     if args.stalls and len(names) != 1:
         raise SystemExit(f"--stalls are one kernel's; --kernels matches {len(names)}")
-    samples = stall_samples(args.stalls) if args.stalls else {}
+    samples = stall_samples(args.stalls, names[0]) if args.stalls else {}
     for name in names:
         code, body = encoded_instructions(kernels[name])
         if body is None:

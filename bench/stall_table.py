@@ -83,6 +83,15 @@ def reason_columns(row: dict[str, str]) -> list[str]:
     return [k for k in row if k.startswith("stall_") and "Not Issued" not in k]
 
 
+def line_reasons(row: dict[str, str]) -> list[tuple[str, float]]:
+    """One SASS line's sampled stalls by reason (without the "stall_" prefix), largest first."""
+    return sorted(
+        ((k[len("stall_") :], number(row[k])) for k in reason_columns(row)),
+        key=lambda kv: (kv[1], kv[0]),
+        reverse=True,
+    )
+
+
 def by_opcode(rows: list[dict[str, str]]) -> list[tuple[str, int, Counter[str]]]:
     """(opcode, instructions executed, samples by stall reason) largest share first."""
     if not rows:
@@ -109,8 +118,7 @@ def print_sass(kernel: str, rows: list[dict[str, str]]) -> None:
         print(f"  {op:8} {share:5.1f}%  executed {executed:>9}  {why}")
     for r in sorted(rows, key=lambda r: -number(r[SAMPLES]))[:TOP_LINES]:
         share = 100 * number(r[SAMPLES]) / total
-        top = sorted(((number(r[k]), k[len("stall_") :]) for k in reason_columns(r)), reverse=True)
-        why = " ".join(f"{k} {v:.0f}" for v, k in top[:2] if v)
+        why = " ".join(f"{k} {v:.0f}" for k, v in line_reasons(r)[:2] if v)
         print(
             f"  {share:5.1f}%  {r.get('Address', '')[-6:]}  {r.get('Source', '').strip()[:58]:58}  {why}"
         )

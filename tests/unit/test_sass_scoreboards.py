@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench import sass_counts, sass_scoreboards
 from bench.sass_scoreboards import Control
 from tests.support.sass_kernels import loop_mma_cubin
@@ -119,3 +121,23 @@ def test_a_load_writes_as_many_registers_as_its_width() -> None:
     }  # fmt: skip
     assert ld(0, "LDG", "LDG.E.64.CONSTANT R34, desc[UR8][R134.64]", control).written() == {34, 35}
     assert ld(0, "LDG", "LDG.E R4, desc[UR4][R10.64]", control).written() == {4}
+
+
+def test_stall_samples_from_ncus_source_csv(tmp_path: Path) -> None:
+    """The sass.csv that `gpu_check.sh stalls` brings back, read by stall_table's parser: the
+    named kernel's first launch, offsets from its first address, reasons largest first."""
+    columns = (
+        '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+        '"stall_long_sb","stall_wait","stall_long_sb (Not Issued)"\n'
+    )
+    launch = (
+        '"Kernel Name","mmh_q4_k_2f",\n' + columns
+        + '"0x7f10","      PRMT R144, R46, R128, RZ","50","10","48","2","48"\n'
+        + '"0x7f20","      HMMA.16816.F32 R96, R36, R88, R96","0","40","0","0","0"\n'
+    )  # fmt: skip
+    other = launch.replace("mmh_q4_k_2f", "mmh1_q4_k_1").replace('"50","10"', '"9","9"')
+    (tmp_path / "sass.csv").write_text(other + launch)
+    samples = sass_scoreboards.stall_samples(tmp_path / "sass.csv", "mmh_q4_k_2f")
+    assert samples == {0: (10, 50, "long_sb=48 wait=2"), 0x10: (40, 0, "")}
+    with pytest.raises(SystemExit, match="no profiled launch"):
+        sass_scoreboards.stall_samples(tmp_path / "sass.csv", "mmh_q6_k_2f")
