@@ -18,7 +18,8 @@
 #   sample                           the sampler's GPU tests, then bench/sample_rows.py on this tree
 #                                    and on _main/ if carried (see compare-main)
 #   kernels                          bench/step_kernels.py under Nsight Compute: every kernel of
-#                                    whole decode steps timed alone, summed per kernel (STEPS)
+#                                    whole decode steps timed alone, summed per kernel (STEPS;
+#                                    CONFIG: the products' MatmulConfig, FIELD=INT+...)
 #   stalls                           ncu's every stall reason of the product kernels (ROWS,
 #                                    NCU_KERNEL, CONFIGS), per kernel and per SASS instruction
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
@@ -234,7 +235,8 @@ if [ "$MODE" = kernels ]; then  # every kernel of whole decode steps, each timed
   # STEPS: the slots' rows per step, steps split by ';' (bench/step_kernels.py --steps)
   timeout "${NCU_S:-400}" ncu --profile-from-start off --clock-control none --cache-control none \
     --csv --page raw --metrics gpu__time_duration.sum \
-    python3 bench/step_kernels.py --steps "${STEPS:-1;1,1,1,1;2,2,2,2,2,2}" > "$OUT/kernels.csv" 2>&1
+    python3 bench/step_kernels.py --steps "${STEPS:-1;1,1,1,1;2,2,2,2,2,2}" --config "${CONFIG:-default}" \
+    > "$OUT/kernels.csv" 2>&1
   python3 bench/step_kernels.py --report "$OUT/kernels.csv" > "$OUT/kernels.txt" 2>&1
   grep -v "^\[" "$OUT/kernels.txt" | head -120
 fi

@@ -97,17 +97,20 @@ def report(path: Path) -> int:
     return 0
 
 
-def profile(steps: list[list[int]], context: int) -> int:
+def profile(steps: list[list[int]], context: int, config: str = "default") -> int:
     from bench.common import manifest, require_gpu
 
     require_gpu("bench/step_kernels.py")
     import cupy as cp
 
     from bench.decode import step_layout
+    from bench.product_kernels import matmul_config
+    from engine.cuda import build
     from engine.cuda.backend import CudaBackend
     from engine.cuda.model import random_model
 
-    print(json.dumps(manifest()), flush=True)
+    build.MATMUL_CONFIG = matmul_config(config)
+    print(json.dumps({**manifest(), "matmul_config": config}), flush=True)
     backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
     for per_slot in steps:
         lay = step_layout(backend, per_slot, context, max(per_slot))
@@ -126,11 +129,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", default="1;1,1,1,1;2,2,2,2,2,2", help="slots' rows per step")
     parser.add_argument("--context", type=int, default=512)
+    parser.add_argument(
+        "--config",
+        default="default",
+        help='the products\' MatmulConfig: "default" or FIELD=INT+...',
+    )
     parser.add_argument("--report", type=Path, help="ncu CSV to summarize (no GPU needed)")
     args = parser.parse_args()
     if args.report:
         return report(args.report)
-    return profile(parse_steps(args.steps), args.context)
+    return profile(parse_steps(args.steps), args.context, args.config)
 
 
 if __name__ == "__main__":

@@ -135,13 +135,15 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
     the plain single-n-tile kernels' results bit for bit, f32 and packed activations, with an
     even K split over the four classes and an uneven one (3 super-blocks per warp; 4 or 5: the
     three buffers taking turns end at each of their places); so do they with their ring of raw
-    blocks (MatmulConfig.deep_turns off)."""
+    blocks (MatmulConfig.deep_turns off), and so do the half-tile `_1h` kernels (8 weight rows
+    per CTA: 72 rows are 9 CTAs)."""
     import cupy as cp
 
     rng = np.random.default_rng(90 + 10 * ggml_type + n_rows)
     configs = [build.MatmulConfig(deep_narrow=deep) for deep in (False, True)]
     configs.append(build.MatmulConfig(deep_turns=False))
-    for cfg, suffix in zip(configs, ("_1", "_1d", "_1d"), strict=True):
+    configs.append(build.MatmulConfig(half_narrow=True))
+    for cfg, suffix in zip(configs, ("_1", "_1d", "_1d", "_1h"), strict=True):
         assert cfg.row_tile(ggml_type, n_rows, False, 72, 132).name.endswith(suffix)
     for cols in (256 * 12, 256 * 19):
         w, _ = _weight(ggml_type, 72, cols, int(rng.integers(1 << 30)))
@@ -151,10 +153,11 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
 
 def _row_tilings() -> Iterator[build.MatmulConfig]:
     """The default row tiling, the deep single-n-tile kernels everywhere, single-n-tile row
-    groups and the `_2` kernels for few rows, each set as build.MATMUL_CONFIG in turn (the
-    default put back after)."""
+    groups, the half-tile kernels of narrow products and the `_2` kernels for few rows, each
+    set as build.MATMUL_CONFIG in turn (the default put back after)."""
     saved = build.MATMUL_CONFIG
     configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
+    configs.append(build.MatmulConfig(half_narrow=True))
     try:
         for cfg in [*configs, build.MatmulConfig(few_rows=0)]:
             build.MATMUL_CONFIG = cfg
@@ -178,9 +181,11 @@ def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_row
     configs = [build.MatmulConfig(max_nt=n) for n in (build.MAX_NT, 2, 1)]
     configs += [build.MatmulConfig(few_rows=n) for n in (0, 16)]
     configs.append(build.MatmulConfig(turns=False))  # the row kernels' ring of raw blocks
+    configs.append(build.MatmulConfig(half_narrow=True))  # `_2h` at 9-12 rows
     if n_rows <= 12:  # the default runs `_2f` here, few_rows=0 the `_2` kernel
         assert configs[0].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2f")
         assert configs[3].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2")
+        assert configs[-1].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2h")
     _assert_same_bits_under(configs, w, x)
 
 

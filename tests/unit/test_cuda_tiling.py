@@ -35,6 +35,26 @@ def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
     assert MatmulConfig().row_tile(Q6_K, 1, True).name == "mmh1_q6_k_1"  # no shape given
 
 
+def test_narrow_products_of_one_or_two_n_tiles_can_run_on_half_tiles() -> None:
+    """MatmulConfig.half_narrow: where the deep kernel would run, and at 9-12 rows where `_2f`
+    would, the half-tile kernel of 8 weight rows per CTA; never for the SwiGLU epilogue, wide
+    products, more n-tiles, the pairs, or many rows."""
+    cfg = MatmulConfig(half_narrow=True)
+    tile = cfg.row_tile(Q6_K, 1, True, 5120, H200_SMS)
+    assert (tile.name, tile.rows_per_cta, tile.rows_per_group) == ("mmh1_q6_k_1h", 8, 8)
+    assert cfg.row_tile(Q4_K, 4, True, 5120, H200_SMS).name == "mmh4_q4_k_1h"
+    assert cfg.row_tile(Q4_K, 8, False, 5120, H200_SMS).name == "mm_q4_k_1h"
+    tile = cfg.row_tile(Q4_K, 12, True, 5120, H200_SMS)
+    assert (tile.name, tile.rows_per_cta, tile.rows_per_group) == ("mmh_q4_k_2h", 8, 16)
+    assert cfg.row_tile(Q4_K, 1, True, 5120, H200_SMS, halves=False).name == "mmh1_q4_k_1d"
+    assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1"
+    assert cfg.row_tile(Q4_K, 12, True, 34816, H200_SMS).name == "mmh_q4_k_2f"
+    assert cfg.row_tile(Q4_K, 13, True, 5120, H200_SMS).name == "mmh_q4_k_2"
+    assert cfg.row_tile(Q4_K, 512, True, 5120, H200_SMS).name == "mmg8h_q4_k"
+    assert cfg.pair_tile((Q4_K, Q6_K), 1, 5120, H200_SMS).name == "mmp1_q4_k_q6_k_1d"
+    assert MatmulConfig().row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh1_q6_k_1d"
+
+
 def test_all_single_tile_products_can_run_deep() -> None:
     cfg = MatmulConfig(deep_all=True)
     assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1d"
