@@ -104,7 +104,10 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
         }
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-            u32 a0, a1 = 0u, a2, a3 = 0u;
+            // H 1: a1 and a3 (rows 8-15) are left unset. Those rows' results are never read,
+            // and setting them (zeros) cost two register moves per mma, as ptxas does not
+            // keep a zero pair in the operand quad at the half kernels' 96 registers.
+            u32 a0, a1, a2, a3;
             cur[m][0].get(c, a0, a2);
             if constexpr (H == 2) cur[m][1].get(c, a1, a3);
 #pragma unroll
