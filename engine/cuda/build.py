@@ -185,10 +185,11 @@ class MatmulConfig:
     # turns) on `_1` also where narrow: v30h, 27B Q4_K_M steps 7.139 -> 7.122 ms at one row,
     # 7.914 -> 7.867 at four slots (branch `deep-types-default`: 20 of its 68 GPU tests run)
     deep_types: tuple[int, ...] | None = None
-    # narrow products (as deep_narrow says, at 16 weight rows per CTA) of one or two n-tiles on
-    # the half-tile kernels (`_1h`, `_2h`: 8 weight rows per warp, min_blocks1h / min_blocks2h
-    # CTAs per SM), except the SwiGLU epilogue's (it pairs rows 0-7 with 8-15): twice the CTAs,
-    # half the work per warp and super-block, the same bits (matmul.cu)
+    # narrow products (as deep_narrow says, at the weight rows per CTA of the kernel they would
+    # run) of one or two n-tiles on the half-tile kernels (`_1h`, `_2h`: 8 weight rows per
+    # warp, min_blocks1h / min_blocks2h CTAs per SM), except the SwiGLU epilogue's (it pairs
+    # rows 0-7 with 8-15): two to four times the CTAs, half the work per warp and super-block,
+    # the same bits (matmul.cu)
     half_narrow: bool = False
     min_blocks1h: int = 5
     min_blocks2h: int = 5
@@ -284,12 +285,7 @@ class MatmulConfig:
         few = nt == 2 and n_rows <= self.few_rows
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt_few if few else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
-        if (
-            self.half_narrow
-            and halves
-            and (nt == 1 or few)
-            and 0 < ctas <= self.min_blocks1d * n_sm
-        ):
+        if self.half_narrow and halves and nt <= 2 and 0 < ctas <= self.min_blocks1d * n_sm:
             return nt, 8, "h"
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
         allowed = self.deep_types is None or all(t in self.deep_types for t in types)

@@ -167,12 +167,13 @@ def _row_tilings() -> Iterator[build.MatmulConfig]:
 
 
 @pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K, weights.Q8_0])
-@pytest.mark.parametrize("n_rows", [9, 12, 20, 32])
+@pytest.mark.parametrize("n_rows", [9, 12, 16, 20, 32])
 def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
     """MatmulConfig.max_nt 1 and 2 (more rows as further row groups of CTAs on the same weight
     tiles) and the `_2f` kernels of passes of few rows (one m-tile per warp), on and off, give
-    the default tiling's results bit for bit, f32 and packed activations; so does the ring of
-    raw blocks instead of two buffers taking turns (MatmulConfig.turns)."""
+    the default tiling's results bit for bit, f32 and packed activations; so do the ring of
+    raw blocks instead of two buffers taking turns (MatmulConfig.turns) and the half-tile
+    kernels (MatmulConfig.half_narrow: `_2h` at 9-16 rows)."""
     import cupy as cp
 
     rng = np.random.default_rng(110 + 10 * ggml_type + n_rows)
@@ -181,7 +182,7 @@ def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_row
     configs = [build.MatmulConfig(max_nt=n) for n in (build.MAX_NT, 2, 1)]
     configs += [build.MatmulConfig(few_rows=n) for n in (0, 16)]
     configs.append(build.MatmulConfig(turns=False))  # the row kernels' ring of raw blocks
-    configs.append(build.MatmulConfig(half_narrow=True))  # `_2h` at 9-12 rows
+    configs.append(build.MatmulConfig(half_narrow=True))  # `_2h` at 9-16 rows
     if n_rows <= 12:  # the default runs `_2f` here, few_rows=0 the `_2` kernel
         assert configs[0].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2f")
         assert configs[3].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2")

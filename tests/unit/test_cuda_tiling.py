@@ -36,9 +36,9 @@ def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
 
 
 def test_narrow_products_of_one_or_two_n_tiles_can_run_on_half_tiles() -> None:
-    """MatmulConfig.half_narrow: where the deep kernel would run, and at 9-12 rows where `_2f`
-    would, the half-tile kernel of 8 weight rows per CTA; never for the SwiGLU epilogue, wide
-    products, more n-tiles, the pairs, or many rows."""
+    """MatmulConfig.half_narrow: where the deep kernel would run, and at 9-16 rows where `_2f`
+    or `_2` would, the half-tile kernel of 8 weight rows per CTA; never for the SwiGLU
+    epilogue, wide products, more n-tiles, the pairs, or many rows."""
     cfg = MatmulConfig(half_narrow=True)
     tile = cfg.row_tile(Q6_K, 1, True, 5120, H200_SMS)
     assert (tile.name, tile.rows_per_cta, tile.rows_per_group) == ("mmh1_q6_k_1h", 8, 8)
@@ -49,7 +49,9 @@ def test_narrow_products_of_one_or_two_n_tiles_can_run_on_half_tiles() -> None:
     assert cfg.row_tile(Q4_K, 1, True, 5120, H200_SMS, halves=False).name == "mmh1_q4_k_1d"
     assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1"
     assert cfg.row_tile(Q4_K, 12, True, 34816, H200_SMS).name == "mmh_q4_k_2f"
-    assert cfg.row_tile(Q4_K, 13, True, 5120, H200_SMS).name == "mmh_q4_k_2"
+    assert cfg.row_tile(Q4_K, 16, True, 5120, H200_SMS).name == "mmh_q4_k_2h"
+    assert cfg.row_tile(Q4_K, 16, True, 34816, H200_SMS).name == "mmh_q4_k_2"
+    assert cfg.row_tile(Q4_K, 17, True, 5120, H200_SMS).name == "mmh_q4_k_3"
     assert cfg.row_tile(Q4_K, 512, True, 5120, H200_SMS).name == "mmg8h_q4_k"
     assert cfg.pair_tile((Q4_K, Q6_K), 1, 5120, H200_SMS).name == "mmp1_q4_k_q6_k_1d"
     assert MatmulConfig().row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh1_q6_k_1d"
