@@ -367,9 +367,6 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     # (the second reads the tile from L2), not on the `_2f`/`_2` kernels (v20b and v42c lost
     # with it: 12 rows 10.85 -> 13.38 ms)
     {"max_nt": 1},
-    # narrow products of one or two n-tiles on the half-tile kernels (8 weight rows per CTA,
-    # 5 CTAs per SM: 640 CTAs in one wave for 5,120 features, each warp half the work)
-    {"half_narrow": True},
 ]
 
 

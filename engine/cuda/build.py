@@ -185,14 +185,6 @@ class MatmulConfig:
     # turns) on `_1` also where narrow: v30h, 27B Q4_K_M steps 7.139 -> 7.122 ms at one row,
     # 7.914 -> 7.867 at four slots (branch `deep-types-default`: 20 of its 68 GPU tests run)
     deep_types: tuple[int, ...] | None = None
-    # narrow products (as deep_narrow says, at the weight rows per CTA of the kernel they would
-    # run) of one or two n-tiles on the half-tile kernels (`_1h`, `_2h`: 8 weight rows per
-    # warp, min_blocks1h / min_blocks2h CTAs per SM), except the SwiGLU epilogue's (it pairs
-    # rows 0-7 with 8-15): two to four times the CTAs, half the work per warp and super-block,
-    # the same bits (matmul.cu)
-    half_narrow: bool = False
-    min_blocks1h: int = 5
-    min_blocks2h: int = 5
     gemm: bool = True
     gemm_min_rows: int = 128  # products of at least this many rows use wmat_gemm
     gemm_tile: int = 128  # weight rows per wmat_gemm CTA: 64 (4 warps) or 128 (8 warps)
@@ -232,8 +224,6 @@ class MatmulConfig:
             f"-DMM_MINB1D={self.min_blocks1d}",
             f"-DMM_MTF={self.mt_few}",
             f"-DMM_MINBF={self.min_blocks_few}",
-            f"-DMM_MINB1H={self.min_blocks1h}",
-            f"-DMM_MINB2H={self.min_blocks2h}",
             f"-DMM_TURNS={int(self.turns)}",
             f"-DMM_DEEP_TURNS={int(self.deep_turns)}",
         )
@@ -243,24 +233,17 @@ class MatmulConfig:
         return self.gemm and n_rows >= self.gemm_min_rows
 
     def row_tile(
-        self,
-        ggml_type: int,
-        n_rows: int,
-        packed: bool = False,
-        n_out: int = 0,
-        n_sm: int = 0,
-        halves: bool = True,
+        self, ggml_type: int, n_rows: int, packed: bool = False, n_out: int = 0, n_sm: int = 0
     ) -> Tile:
         """The kernel of a product of n_rows activation rows and how it tiles the rows; packed:
         read packed f16 activations (kernels.pack_activations) instead of f32 ones; n_out (the
-        weight's rows) and n_sm (the GPU's SMs) pick the deep or half-tile kernel for narrow
-        products; halves: whether the half-tile kernels may run it (not for MM_SWIGLU)."""
+        weight's rows) and n_sm (the GPU's SMs) pick the deep kernel for narrow products."""
         name = TYPE_NAMES[ggml_type]
         h = "h" if packed else ""
         if self.tiled(n_rows):
             prefix = "mmg" if self.gemm_tile == 64 else "mmg8"
             return Tile(f"{prefix}{h}_{name}", 64, self.gemm_tile, 2 * self.gemm_tile, packed)
-        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm, (ggml_type,), halves)
+        nt, rows_per_cta, suffix = self._row_kernel(n_rows, n_out, n_sm, (ggml_type,))
         if packed and n_rows <= 4:  # packed rows in groups of 1 or 4 (kernels.packed_group)
             h = "h1" if n_rows <= 1 else "h4"
         return Tile(f"mm{h}_{name}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, packed)
@@ -277,7 +260,7 @@ class MatmulConfig:
         return Tile(f"mmp{group}_{pair}_{nt}{suffix}", 8 * nt, rows_per_cta, 32 * self.nw, True)
 
     def _row_kernel(
-        self, n_rows: int, n_out: int, n_sm: int, types: tuple[int, ...], halves: bool = False
+        self, n_rows: int, n_out: int, n_sm: int, types: tuple[int, ...]
     ) -> tuple[int, int, str]:
         """(n-tiles per CTA, weight rows per CTA, kernel suffix) of a row-kernel product of
         weights of these formats."""
@@ -285,8 +268,6 @@ class MatmulConfig:
         few = nt == 2 and n_rows <= self.few_rows
         rows_per_cta = 16 * (self.mt1 if nt == 1 else self.mt_few if few else self.mt)
         ctas = -(-n_out // rows_per_cta) * -(-n_rows // (8 * nt))
-        if self.half_narrow and halves and nt <= 2 and 0 < ctas <= self.min_blocks1d * n_sm:
-            return nt, 8, "h"
         narrow = self.deep_narrow and 0 < ctas <= self.min_blocks1d * n_sm
         allowed = self.deep_types is None or all(t in self.deep_types for t in types)
         deep = nt == 1 and allowed and (self.deep_all or narrow)

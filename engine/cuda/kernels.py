@@ -208,7 +208,7 @@ def _product(w: GpuWeight, x: Any, xh: Any, out: tuple[Any, Any], mode: int) -> 
         fn(grid, (128,), (w.planes[0], *shape, *io))
         return
     cfg = build.MATMUL_CONFIG
-    tile = cfg.row_tile(w.ggml_type, R, xh is not None, w.rows, _sm_count(), mode != _SWIGLU)
+    tile = cfg.row_tile(w.ggml_type, R, xh is not None, w.rows, _sm_count())
     if tile.packed:
         io = (*packed, *io[2:])
     args = (*w.pointers(), *shape, *io)

@@ -49,12 +49,6 @@
 #ifndef MM_MINBF
 #define MM_MINBF 3
 #endif
-#ifndef MM_MINB1H
-#define MM_MINB1H 4  // the half-tile kernels: _1h (DEPTH 2), _2h (two n-tiles)
-#endif
-#ifndef MM_MINB2H
-#define MM_MINB2H 4
-#endif
 #ifndef MM_TURNS
 #define MM_TURNS 1  // MatmulConfig.turns
 #endif
@@ -88,9 +82,8 @@ OJ_DEV uint2 b_pair(const void* __restrict__ X, int ldx, int r, int sb, int t, i
     return pack_b(*(const float4*)((const float*)X + (size_t)r * ldx + sb * 256 + Frag::e0(t, c)));
 }
 
-// The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c). H: the
-// m-tile's halves of 8 weight rows that hold weights (1: rows 8-15 of the mma are zeros).
-template <class Frag, int MT, int NT, int XL, int H = 2>
+// The 16 mma chunks of one super-block: acc[m][n] += A(cur[m]) * B(rows 8n.., chunk c).
+template <class Frag, int MT, int NT, int XL>
 OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
                            const void* __restrict__ X, int ldx, int sb, int nrows, int gid, int t) {
 #pragma unroll
@@ -104,12 +97,9 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
         }
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-            // H 1: a1 and a3 (rows 8-15) are left unset. Those rows' results are never read,
-            // and setting them (zeros) cost two register moves per mma, as ptxas does not
-            // keep a zero pair in the operand quad at the half kernels' 96 registers.
             u32 a0, a1, a2, a3;
             cur[m][0].get(c, a0, a2);
-            if constexpr (H == 2) cur[m][1].get(c, a1, a3);
+            cur[m][1].get(c, a1, a3);
 #pragma unroll
             for (int n = 0; n < NT; ++n) mma_16816(acc[m][n], a0, a1, a2, a3, b[n][0], b[n][1]);
         }
@@ -131,9 +121,8 @@ OJ_DEV void mma_superblock(const Frag (&cur)[MT][2], float (&acc)[MT][NT][4],
 
 // Sum the warps' partial tiles in warp order (red: smem of MM_NW * MT*NT*4 * 32 floats) and
 // finish each output element as `mode` says (rbase: the first activation row of this CTA's
-// row group, R the pass's rows; H as mma_superblock's: with 1, an m-tile's 8 weight rows are
-// its accumulators 0 and 1, and MM_SWIGLU, which pairs rows 0-7 with 8-15, is not defined).
-template <int MT, int NT, int H = 2>
+// row group, R the pass's rows).
+template <int MT, int NT>
 OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, float* __restrict__ Y,
                          int ldy, int row0, int rbase, int nrows, int R, int mode) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -151,8 +140,7 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
         for (int w = 0; w < MM_NW; ++w) s += red[(w * J + j) * 32 + ln];
         return s;
     };
-    if (H == 1 && mode == MM_SWIGLU) __trap();  // kernels.py never asks for it
-    if (H == 2 && mode == MM_SWIGLU) {
+    if (mode == MM_SWIGLU) {
         u16* hh = (u16*)Y;
         const int lg = packed_group(R);
         for (int idx = threadIdx.x; idx < J / 2 * 32; idx += blockDim.x) {
@@ -172,23 +160,22 @@ OJ_DEV void reduce_store(float* red, const float (&acc)[MT][NT][4], int n_out, f
         const int j = idx >> 5, ln = idx & 31;
         const float s = warp_order_sum(j, ln);
         const int m = j / (NT * 4), n = (j / 4) % NT, i = j & 3;
-        const int out_row = row0 + 8 * H * m + (ln >> 2) + 8 * (i >> 1);  // weight row = feature
-        const int r = 8 * n + 2 * (ln & 3) + (i & 1);                        // activation row
-        if ((i >> 1) < H && out_row < n_out && r < nrows) {
+        const int out_row = row0 + 16 * m + (ln >> 2) + 8 * (i >> 1);  // weight row = feature
+        const int r = 8 * n + 2 * (ln & 3) + (i & 1);                     // activation row
+        if (out_row < n_out && r < nrows) {
             float* y = Y + (size_t)(rbase + r) * ldy + out_row;
             *y = mode == MM_ADD ? *y + s : s;
         }
     }
 }
 
-// tile: this CTA's group of 8 * H * MT weight rows (grid y, or its place in a pair: below);
-// red: the cross-warp sum's shared memory, MM_NW * MT*NT*4 * 32 floats. H (mma_superblock's):
-// 1 for the half-tile kernels (`_1h`, `_2h`), whose warps each own 8 weight rows, not 16.
-template <class Frag, int MT, int NT, int XL, int DEPTH, int H = 2>
+// tile: this CTA's group of 16 * MT weight rows (grid y, or its place in a pair: below);
+// red: the cross-warp sum's shared memory, MM_NW * MT*NT*4 * 32 floats
+template <class Frag, int MT, int NT, int XL, int DEPTH>
 OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restrict__ X, int ldx,
                       float* __restrict__ Y, int ldy, int R, int accumulate) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
-    const int row0 = tile * 8 * H * MT;
+    const int row0 = tile * 16 * MT;
     const int rbase = blockIdx.x * 8 * NT;
     const int nrows = min(8 * NT, R - rbase);
     X = (const char*)X + (size_t)rbase * ldx * (XL >= 0 ? 2 : 4);
@@ -206,7 +193,7 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int h = 0; h < H; ++h) f[m][h].load(W, min(row0 + 8 * H * m + 8 * h + gid, W.rows - 1), sb, t);
+            for (int h = 0; h < 2; ++h) f[m][h].load(W, min(row0 + 16 * m + 8 * h + gid, W.rows - 1), sb, t);
     };
     // the activations come as an argument: nothing before oj_grid_dep() below names them
     // (tests/unit/test_cuda_launch.py reads these sources for that)
@@ -214,8 +201,8 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int h = 0; h < H; ++h) f[m][h].prep(t);
-        mma_superblock<Frag, MT, NT, XL, H>(f, acc, act, ldx, sb, nrows, gid, t);
+            for (int h = 0; h < 2; ++h) f[m][h].prep(t);
+        mma_superblock<Frag, MT, NT, XL>(f, acc, act, ldx, sb, nrows, gid, t);
     };
     if constexpr (DEPTH == 1 && Frag::kTurns && MM_TURNS) {
         // Two buffers taking turns: the next super-block's raw blocks load into one while the
@@ -280,23 +267,21 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
 #pragma unroll
                 for (int m = 0; m < MT; ++m)
 #pragma unroll
-                    for (int h = 0; h < H; ++h) ring[d][m][h] = ring[d + 1][m][h];
+                    for (int h = 0; h < 2; ++h) ring[d][m][h] = ring[d + 1][m][h];
         }
     }
 
-    reduce_store<MT, NT, H>(red, acc, W.rows, Y, ldy, row0, rbase, nrows, R, accumulate);
+    reduce_store<MT, NT>(red, acc, W.rows, Y, ldy, row0, rbase, nrows, R, accumulate);
 }
 
-#define OJ_MM_KERNEL_H(NAME, MT, NT, MINB, XL, DEPTH, H, FRAG)                                   \
+#define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW, MINB)                                \
         NAME(const u8* p0, const u8* p1, const u8* p2, const u8* p3, int rows, int cols,          \
              const void* X, int ldx, float* Y, int ldy, int R, int accumulate) {                  \
         __shared__ float red[MM_NW * MT * NT * 4 * 32];                                           \
         const WDesc W = {p0, p1, p2, p3, rows, cols};                                             \
-        wmat_rows<FRAG, MT, NT, XL, DEPTH, H>(red, W, blockIdx.y, X, ldx, Y, ldy, R, accumulate); \
+        wmat_rows<FRAG, MT, NT, XL, DEPTH>(red, W, blockIdx.y, X, ldx, Y, ldy, R, accumulate);    \
     }
-#define OJ_MM_KERNEL(NAME, MT, NT, MINB, XL, DEPTH, FRAG) \
-    OJ_MM_KERNEL_H(NAME, MT, NT, MINB, XL, DEPTH, 2, FRAG)
 
 // Two weights of different formats on the same activations (a mixer's input projections whose
 // types differ: the 27B Q4_K_M's Q6_K qkv beside its Q4_K gate|beta|alpha, its Q4_K q|k beside
@@ -349,23 +334,11 @@ OJ_DEV void wmat_rows(float* red, const WDesc W, int tile, const void* __restric
     K(PREFIX##_2f, MM_MTF, 2, MM_MINBF, XL, 1, __VA_ARGS__)        \
     K(PREFIX##_3, MM_MT, 3, MM_MINB, XL, 1, __VA_ARGS__)           \
     K(PREFIX##_4, MM_MT, 4, MM_MINB, XL, 1, __VA_ARGS__)
-// <...>_1h / _2h: the half-tile kernels (MatmulConfig.half_narrow): `_1d` and `_2f` with 8
-// weight rows per warp instead of 16 (rows 8-15 of every mma are zeros), for narrow products:
-// twice the CTAs, half the dequantization per warp and super-block, fewer registers. An mma's
-// output row depends only on its own A row: the same bits.
-#define OJ_MM_HALF1(PREFIX, XL, FRAG) OJ_MM_KERNEL_H(PREFIX##_1h, 1, 1, MM_MINB1H, XL, 2, 1, FRAG)
-#define OJ_MM_HALF2(PREFIX, XL, FRAG) \
-    OJ_MM_HALF1(PREFIX, XL, FRAG)     \
-    OJ_MM_KERNEL_H(PREFIX##_2h, 1, 2, MM_MINB2H, XL, 1, 1, FRAG)
 #define OJ_MM_ALL_NT(TYPE, FRAG)                     \
     OJ_MM_NT(OJ_MM_KERNEL, mm_##TYPE, -1, FRAG)      \
     OJ_MM_NT(OJ_MM_KERNEL, mmh_##TYPE, 3, FRAG)      \
     OJ_MM_ONE(OJ_MM_KERNEL, mmh1_##TYPE, 0, FRAG)    \
-    OJ_MM_ONE(OJ_MM_KERNEL, mmh4_##TYPE, 2, FRAG)    \
-    OJ_MM_HALF2(mm_##TYPE, -1, FRAG)                 \
-    OJ_MM_HALF2(mmh_##TYPE, 3, FRAG)                 \
-    OJ_MM_HALF1(mmh1_##TYPE, 0, FRAG)                \
-    OJ_MM_HALF1(mmh4_##TYPE, 2, FRAG)
+    OJ_MM_ONE(OJ_MM_KERNEL, mmh4_##TYPE, 2, FRAG)
 
 // mmp_ / mmp1_ / mmp4_<a>_<b>_<NT>: the pairs, on packed activations in groups of 8 / 1 / 4 as
 // mmh_ / mmh1_ / mmh4_, with the same tilings; for the pairs of formats of the K-quant mixes

@@ -135,15 +135,13 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
     the plain single-n-tile kernels' results bit for bit, f32 and packed activations, with an
     even K split over the four classes and an uneven one (3 super-blocks per warp; 4 or 5: the
     three buffers taking turns end at each of their places); so do they with their ring of raw
-    blocks (MatmulConfig.deep_turns off), and so do the half-tile `_1h` kernels (8 weight rows
-    per CTA: 72 rows are 9 CTAs)."""
+    blocks (MatmulConfig.deep_turns off)."""
     import cupy as cp
 
     rng = np.random.default_rng(90 + 10 * ggml_type + n_rows)
     configs = [build.MatmulConfig(deep_narrow=deep) for deep in (False, True)]
     configs.append(build.MatmulConfig(deep_turns=False))
-    configs.append(build.MatmulConfig(half_narrow=True))
-    for cfg, suffix in zip(configs, ("_1", "_1d", "_1d", "_1h"), strict=True):
+    for cfg, suffix in zip(configs, ("_1", "_1d", "_1d"), strict=True):
         assert cfg.row_tile(ggml_type, n_rows, False, 72, 132).name.endswith(suffix)
     for cols in (256 * 12, 256 * 19):
         w, _ = _weight(ggml_type, 72, cols, int(rng.integers(1 << 30)))
@@ -153,11 +151,10 @@ def test_deep_narrow_kernels_give_the_plain_kernels_bits(ggml_type: int, n_rows:
 
 def _row_tilings() -> Iterator[build.MatmulConfig]:
     """The default row tiling, the deep single-n-tile kernels everywhere, single-n-tile row
-    groups, the half-tile kernels of narrow products and the `_2` kernels for few rows, each
-    set as build.MATMUL_CONFIG in turn (the default put back after)."""
+    groups and the `_2` kernels for few rows, each set as build.MATMUL_CONFIG in turn (the
+    default put back after)."""
     saved = build.MATMUL_CONFIG
     configs = [saved, build.MatmulConfig(deep_all=True), build.MatmulConfig(max_nt=1)]
-    configs.append(build.MatmulConfig(half_narrow=True))
     try:
         for cfg in [*configs, build.MatmulConfig(few_rows=0)]:
             build.MATMUL_CONFIG = cfg
@@ -167,13 +164,12 @@ def _row_tilings() -> Iterator[build.MatmulConfig]:
 
 
 @pytest.mark.parametrize("ggml_type", [weights.Q4_K, weights.Q6_K, weights.Q8_0])
-@pytest.mark.parametrize("n_rows", [9, 12, 16, 20, 32])
+@pytest.mark.parametrize("n_rows", [9, 12, 20, 32])
 def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_rows: int) -> None:
     """MatmulConfig.max_nt 1 and 2 (more rows as further row groups of CTAs on the same weight
     tiles) and the `_2f` kernels of passes of few rows (one m-tile per warp), on and off, give
-    the default tiling's results bit for bit, f32 and packed activations; so do the ring of
-    raw blocks instead of two buffers taking turns (MatmulConfig.turns) and the half-tile
-    kernels (MatmulConfig.half_narrow: `_2h` at 9-16 rows)."""
+    the default tiling's results bit for bit, f32 and packed activations; so does the ring of
+    raw blocks instead of two buffers taking turns (MatmulConfig.turns)."""
     import cupy as cp
 
     rng = np.random.default_rng(110 + 10 * ggml_type + n_rows)
@@ -182,11 +178,9 @@ def test_row_groups_of_narrower_kernels_give_the_same_bits(ggml_type: int, n_row
     configs = [build.MatmulConfig(max_nt=n) for n in (build.MAX_NT, 2, 1)]
     configs += [build.MatmulConfig(few_rows=n) for n in (0, 16)]
     configs.append(build.MatmulConfig(turns=False))  # the row kernels' ring of raw blocks
-    configs.append(build.MatmulConfig(half_narrow=True))  # `_2h` at 9-16 rows
     if n_rows <= 12:  # the default runs `_2f` here, few_rows=0 the `_2` kernel
         assert configs[0].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2f")
         assert configs[3].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2")
-        assert configs[-1].row_tile(ggml_type, n_rows, True, 72, 132).name.endswith("_2h")
     _assert_same_bits_under(configs, w, x)
 
 

@@ -82,7 +82,6 @@ def test_every_product_kernel_the_tiling_picks_exists(tmp_path: Path) -> None:
         MatmulConfig(gemm_tile=64),
         MatmulConfig(max_nt=1),
         MatmulConfig(few_rows=0),
-        MatmulConfig(half_narrow=True),
     ]
     for cfg in configs:
         for gtype in set(TYPE_NAMES) - {F32}:  # f32 weights: mm_f32_exact, not tiled

@@ -35,37 +35,6 @@ def test_deep_kernels_can_be_switched_off_and_need_the_shape() -> None:
     assert MatmulConfig().row_tile(Q6_K, 1, True).name == "mmh1_q6_k_1"  # no shape given
 
 
-# (format, rows, packed, weight rows, halves allowed) -> the kernel MatmulConfig(half_narrow=True)
-# picks; 5,120 weight rows are narrow on the H200, 34,816 wide
-HALF_NARROW_KERNELS = {
-    (Q6_K, 1, True, 5120, True): "mmh1_q6_k_1h",
-    (Q4_K, 4, True, 5120, True): "mmh4_q4_k_1h",
-    (Q4_K, 8, False, 5120, True): "mm_q4_k_1h",
-    (Q4_K, 12, True, 5120, True): "mmh_q4_k_2h",
-    (Q4_K, 16, True, 5120, True): "mmh_q4_k_2h",
-    (Q4_K, 1, True, 5120, False): "mmh1_q4_k_1d",  # the SwiGLU epilogue's
-    (Q4_K, 1, True, 34816, True): "mmh1_q4_k_1",
-    (Q4_K, 12, True, 34816, True): "mmh_q4_k_2f",
-    (Q4_K, 16, True, 34816, True): "mmh_q4_k_2",
-    (Q4_K, 17, True, 5120, True): "mmh_q4_k_3",
-    (Q4_K, 512, True, 5120, True): "mmg8h_q4_k",
-}
-
-
-def test_narrow_products_of_one_or_two_n_tiles_can_run_on_half_tiles() -> None:
-    """MatmulConfig.half_narrow: where the deep kernel would run, and at 9-16 rows where `_2f`
-    or `_2` would, the half-tile kernel of 8 weight rows per CTA; never for the SwiGLU
-    epilogue, wide products, more n-tiles, the pairs, or many rows; off by default."""
-    cfg = MatmulConfig(half_narrow=True)
-    for (gtype, rows, packed, n_out, halves), name in HALF_NARROW_KERNELS.items():
-        tile = cfg.row_tile(gtype, rows, packed, n_out, H200_SMS, halves)
-        assert tile.name == name, (gtype, rows, packed, n_out, halves)
-        if name.endswith("h"):
-            assert (tile.rows_per_cta, tile.rows_per_group) == (8, 8 * int(name[-2]))
-    assert cfg.pair_tile((Q4_K, Q6_K), 1, 5120, H200_SMS).name == "mmp1_q4_k_q6_k_1d"
-    assert MatmulConfig().row_tile(Q6_K, 1, True, 5120, H200_SMS).name == "mmh1_q6_k_1d"
-
-
 def test_all_single_tile_products_can_run_deep() -> None:
     cfg = MatmulConfig(deep_all=True)
     assert cfg.row_tile(Q4_K, 1, True, 34816, H200_SMS).name == "mmh1_q4_k_1d"
