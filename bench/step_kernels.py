@@ -10,7 +10,10 @@ step of --steps as decode.py's time_rows does (slot i's rows at positions contex
 three times unprofiled, then once between cudaProfilerStart and Stop: ncu times each kernel of
 that run alone (serialized, so without the overlap of programmatic dependent launch; L2 kept
 warm). The second form reads ncu's CSV and prints, per step, each kernel's count, total and mean
-microseconds and the sum; a step starts at its embedding kernel (embed_rows).
+microseconds and the sum; a step starts at its embedding kernel (embed_rows). `--config
+FIELD=INT+...` runs the step's products under that MatmulConfig (bench/product_kernels.py's
+settings; gpu_check.sh kernels passes CONFIG), so a tiling's kernels can be timed beside the
+default's (bench/NOTES.md v44a).
 """
 
 from __future__ import annotations
