@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import setting_fields
+from bench.product_kernels import matmul_config
 from bench.sass_counts import compile_cubin, disassemble, innermost_mma_loop, parse_listing
 from bench.stall_table import SAMPLES, line_reasons, number, read_text, sass_tables
 from engine.cuda import build
@@ -191,8 +191,9 @@ def describe(code: list[Instruction], wait: Wait) -> str:
     waiter = code[wait.waiter]
     own = [j for j in wait.producers if code[j].written() & waiter.read()]
     others = [j for j in wait.producers if j not in own]
-    order = {j: k for k, j in enumerate(wait.producers)}
-    later = [j for j in others if own and order[j] > max(order[o] for o in own)]
+    # producers are oldest first, so "issued after own" is a later place in that tuple
+    last_own = max((wait.producers.index(o) for o in own), default=len(wait.producers))
+    later = [j for j in others if wait.producers.index(j) > last_own]
     kinds = sorted({code[j].opcode for j in wait.producers})
     span = f"{code[wait.producers[0]].offset:04x}-{code[wait.producers[-1]].offset:04x}"
     prev = sum(wait.previous_pass)
@@ -232,7 +233,7 @@ def main() -> None:
         "--stalls", type=Path, help="one kernel's stall samples: sass.csv[.gz] or a line table"
     )
     args = parser.parse_args()
-    config = build.MatmulConfig(**setting_fields(args.set))  # type: ignore[arg-type]
+    config = matmul_config(args.set or "default")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "unit.cubin"
         compile_cubin(Path(args.source), args.arch, config.defines(), cubin)
