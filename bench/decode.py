@@ -496,13 +496,16 @@ def dims_settings(arg: str) -> list[str]:
 
 def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
     """Op-kernel variants (KernelDims fields joined by +, e.g. "att_core_chunk=16+att_splits=32";
-    "" for the defaults): whole steps at 1 row and 4 slots of 512-token contexts, 1 row at 1,500
-    (attention's CUDA-core kernel at its deepest) and 8,192 (the tensor cores), a 512-row prompt
-    chunk, and at 1 row and 4 slots the attention and the DeltaNet kernels each alone (every
-    other kind of op left out), and attn_prep alone."""
+    "" for the defaults): whole steps at 1 row, 4 and 8 slots and 6 slots of 2 rows (the
+    table's 12 rows) of 512-token contexts, 1 row at 1,500 (attention's CUDA-core kernel at its
+    deepest) and 8,192 (the tensor cores), a 512-row prompt chunk; at 1 row and 4 slots the
+    attention alone (every other kind of op left out) and attn_prep alone, and at every slot
+    count the DeltaNet kernels alone."""
     cases = {
         "1row_512": ([1], 512, 1),
         "4slots_512": ([1] * 4, 512, 1),
+        "8slots_512": ([1] * 8, 512, 1),
+        "6x2rows_512": ([2] * 6, 512, 2),
         "1row_1500": ([1], 1500, 1),
         "1row_8192": ([1], 8192, 1),
         "chunk512": ([512], 0, 1),
@@ -516,10 +519,11 @@ def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
             classes = op_classes(backend)  # this setting's Ops
             attention = _launchers_but(classes, "attention prep+core")
             deltanet = _launchers_but(classes, "deltanet conv+recurrence")
-            for name in ("1row_512", "4slots_512"):
+            for name in ("1row_512", "4slots_512", "8slots_512", "6x2rows_512"):
                 timed = functools.partial(time_rows, backend, *cases[name])
-                row[f"attention_alone_{name}"] = _timed_without(timed, attention)
-                row[f"prep_alone_{name}"] = _timed_without(timed, [*attention, (backend.fwd.ops, "attention")])  # fmt: skip
+                if name in ("1row_512", "4slots_512"):
+                    row[f"attention_alone_{name}"] = _timed_without(timed, attention)
+                    row[f"prep_alone_{name}"] = _timed_without(timed, [*attention, (backend.fwd.ops, "attention")])  # fmt: skip
                 row[f"deltanet_alone_{name}"] = _timed_without(timed, deltanet)
         out.append(row)
         print("dims", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
