@@ -16,7 +16,10 @@ with the backend's roundings put in, one source or several:
   slo = max|x| / (127 * 254), the weights exact (their codes times the planes sum exactly in
   int32; scales apply in f32); `int8`: one plane, x ~= s * h (llama.cpp's q8_1 way); `int256`:
   `int`'s two planes with one scale per 256-element super-block, as the one-row integer kernels
-  of bench/tma_probe.cu (`rows_i8m`, v35g) take them.
+  of bench/tma_probe.cu (`rows_i8m`, v35g) take them;
+- `state16` / `statebf16`: the DeltaNet recurrent state rounded to f16 / bf16 after every row,
+  as a kernel would have to round it to keep a token's bits independent of how its prompt was
+  chunked (bench/NOTES.md v45: the state's traffic is most of DeltaNet's cost at many slots).
 
 F32 weights (every weight of the f32 mix; the DeltaNet alpha and beta projections of every mix)
 keep exact products, as mm_f32_exact gives them, and the token embedding stays exact (the GPU
@@ -55,7 +58,7 @@ from engine.reference import ReferenceModel
 from tests.support import accuracy_cases as cases
 
 REPORT_AFTER = (4, 10, 20)
-SOURCES = ("kv", "f16", "gpu", "int", "int8", "int256")
+SOURCES = ("kv", "f16", "gpu", "int", "int8", "int256", "state16", "statebf16")
 PRODUCT_SOURCES = {"f16", "gpu", "int", "int8", "int256"}  # at most one: each replaces the products
 # the integer sources: (int8 planes, elements per scale)
 INT_SOURCES = {"int": (2, 32), "int8": (1, 32), "int256": (2, 256)}
@@ -156,6 +159,34 @@ def int_planes(x: np.ndarray, planes: int, block: int = 32) -> np.ndarray:
     return (slo * (254.0 * h + low)).reshape(x.shape).astype(np.float32)
 
 
+def _bf16(values: np.ndarray) -> np.ndarray:
+    """f32 values rounded to the nearest bf16 (ties to even), as f32."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return rounded.view(np.float32)
+
+
+def state_rounded_per_row(rounding: Callable[[np.ndarray], np.ndarray]) -> Any:
+    """A context in which the delta rule stores its state through `rounding` after every row."""
+    exact = reference_deltanet.delta_rule
+
+    def delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, gamma: np.ndarray, state: np.ndarray, shape: Any) -> np.ndarray:  # fmt: skip
+        out = []
+        for t in range(q.shape[0]):
+            rows = slice(t, t + 1)
+            out.append(exact(q[rows], k[rows], v[rows], beta[rows], gamma[rows], state, shape))
+            state[...] = rounding(state)
+        return np.concatenate(out)
+
+    return mock.patch.object(reference_deltanet, "delta_rule", delta_rule)
+
+
+STATE_ROUNDINGS = {
+    "state16": lambda s: s.astype(np.float16).astype(np.float32),
+    "statebf16": _bf16,
+}
+
+
 @contextmanager
 def quantized_weights_recorded() -> Iterator[set[int]]:
     """Within the block, the ids of the float32 arrays the quantized tensors dequantize to (the
@@ -198,6 +229,8 @@ def emulated(sources: set[str], linear: Callable[[np.ndarray, np.ndarray], np.nd
         if sources & PRODUCT_SOURCES:
             for module in (reference, reference_attention, reference_deltanet):
                 stack.enter_context(mock.patch.object(module, "linear", linear))
+        for name in sources & set(STATE_ROUNDINGS):
+            stack.enter_context(state_rounded_per_row(STATE_ROUNDINGS[name]))
         yield
 
 

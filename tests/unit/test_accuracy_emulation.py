@@ -95,3 +95,35 @@ def test_int_planes_in_super_blocks_scale_by_the_super_blocks_largest() -> None:
     assert (err <= top / (127 * 254) * 0.51 + 1e-9).all()
     assert err[0, 0].max() > err[0, 1].max()  # the coarser scale rounds coarser
     assert emu.INT_SOURCES["int256"] == (2, 256)
+
+
+def test_bf16_rounds_to_the_nearest_with_ties_to_even() -> None:
+    x = np.array([1.0, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-9, -3.14159], np.float32)
+    got = emu._bf16(x)
+    # 1 + 2^-8 and 1 + 3*2^-8 sit halfway between bf16 neighbours: ties go to the even one
+    assert got.tolist() == [1.0, 1.0, 1.0 + 2.0**-6, 1.0, -3.140625]
+    assert np.array_equal(emu._bf16(got), got)
+
+
+def test_state_rounding_rounds_after_every_row_and_only_inside_its_block() -> None:
+    """state16: the delta rule's state leaves every row as f16 numbers, so a pass of two rows
+    gives what two passes of one row give (the rounding does not depend on the chunking)."""
+    from engine import reference_deltanet as rd
+
+    exact = rd.delta_rule
+    shape = rd.DeltaNetShape(n_k_heads=1, n_v_heads=2, k_dim=8, v_dim=8, conv_kernel=4, eps=1e-6)
+    rng = np.random.default_rng(5)
+    q, k = (rng.standard_normal((2, 1, 8)).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((2, 2, 8)).astype(np.float32)
+    beta, gamma = rng.random((2, 2)).astype(np.float32), -rng.random((2, 2)).astype(np.float32)
+    start = rng.standard_normal((2, 8, 8)).astype(np.float32)
+    with emu.state_rounded_per_row(emu.STATE_ROUNDINGS["state16"]):
+        both, s_both = rd.delta_rule(q, k, v, beta, gamma, s := start.copy(), shape), s
+        s_rows = start.copy()
+        rows = [rd.delta_rule(q[t : t + 1], k[t : t + 1], v[t : t + 1], beta[t : t + 1], gamma[t : t + 1], s_rows, shape) for t in (0, 1)]  # fmt: skip
+    assert rd.delta_rule is exact
+    assert np.array_equal(s_both, s_both.astype(np.float16).astype(np.float32))
+    assert np.array_equal(s_both, s_rows) and np.array_equal(both, np.concatenate(rows))
+    plain = start.copy()
+    rd.delta_rule(q, k, v, beta, gamma, plain, shape)
+    assert not np.array_equal(plain, s_both)
