@@ -20,6 +20,9 @@
 #   kernels                          bench/step_kernels.py under Nsight Compute: every kernel of
 #                                    whole decode steps timed alone, summed per kernel (STEPS;
 #                                    CONFIG: the products' MatmulConfig, FIELD=INT+...)
+#   timeline                         bench/step_timeline.py: every kernel of whole decode steps on
+#                                    the GPU's clock in graph replays (CUPTI through torch's
+#                                    profiler), what each adds to the step (STEPS; ~2 min)
 #   stalls                           ncu's every stall reason of the product kernels (ROWS,
 #                                    NCU_KERNEL, CONFIGS), per kernel and per SASS instruction
 #   ncu                              Nsight Compute on bench/product_kernels.py --rows "$ROWS"
@@ -239,6 +242,11 @@ if [ "$MODE" = kernels ]; then  # every kernel of whole decode steps, each timed
     > "$OUT/kernels.csv" 2>&1
   python3 bench/step_kernels.py --report "$OUT/kernels.csv" > "$OUT/kernels.txt" 2>&1
   grep -v "^\[" "$OUT/kernels.txt" | head -120
+fi
+if [ "$MODE" = timeline ]; then  # the step's kernels as a graph replay runs them (~2 min)
+  # STEPS: the slots' rows per step, steps split by ';' (bench/step_timeline.py --steps)
+  timeout "${BENCH_S:-300}" python3 bench/step_timeline.py --steps "${STEPS:-1;1,1,1,1;2,2,2,2,2,2}" \
+    --trace-dir "$OUT/timeline" 2>&1 | tee "$OUT/timeline.log" | grep -v "^\[" | head -150
 fi
 if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit tests (~8 min)
   # DIMS=none: the tests alone

@@ -21,15 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import ncu_raw_rows  # noqa: E402
 
+K = TypeVar("K", bound=tuple[Any, ...])  # a kernel record: (name, ...)
 FIRST_KERNEL = "embed_rows"  # engine/cuda/kernels.embed: the first launch of every step
 METRIC = "gpu__time_duration.sum"
 TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
@@ -60,15 +61,15 @@ def read_ncu_csv(lines: Iterable[str]) -> list[tuple[str, float]]:
     ]
 
 
-def split_steps(kernels: list[tuple[str, float]]) -> list[list[tuple[str, float]]]:
-    """The kernel sequence cut before each FIRST_KERNEL (whatever comes before the first is
-    dropped)."""
-    steps: list[list[tuple[str, float]]] = []
-    for name, us in kernels:
-        if name == FIRST_KERNEL:
+def split_steps(kernels: Sequence[K]) -> list[list[K]]:
+    """The kernel sequence (tuples whose first item is the kernel's name) cut before each
+    FIRST_KERNEL (whatever comes before the first is dropped)."""
+    steps: list[list[K]] = []
+    for kernel in kernels:
+        if kernel[0] == FIRST_KERNEL:
             steps.append([])
         if steps:
-            steps[-1].append((name, us))
+            steps[-1].append(kernel)
     return steps
 
 
