@@ -11,7 +11,8 @@ The first form builds the random 27B model and CudaBackend as bench/decode.py do
 each step of --steps as one CUDA graph, replays it untraced (decode.py's time_graph, so the
 trace's span can be checked against it), then replays it REPLAYS times under the profiler and
 writes the Chrome trace. The second form, also run at the end of the first, reads a trace.
-Each replay is cut at its embedding kernel (step_kernels.split_steps), and for every kernel it takes:
+Each replay is cut at its embedding kernel (step_kernels.split_steps), and for every kernel
+it takes:
   - added: its end less the latest end before it, which is what it adds to the step (the added
     times of a replay sum to its span from the first kernel's start);
   - lead: its start less the previous kernel's end (negative: it started early, under
@@ -59,6 +60,13 @@ def replay_parts(replay: list[Kernel]) -> dict[str, Any]:
     return {"span": latest - t0, "kernels": rows}
 
 
+def _median(per_replay: list[list[dict[str, Any]]], field: str, mean: bool) -> float:
+    """The median over replays of `field` summed over a replay's rows (mean: averaged)."""
+    return statistics.median(
+        sum(r[field] for r in rows) / (max(1, len(rows)) if mean else 1) for rows in per_replay
+    )
+
+
 def summarize(replays: list[list[Kernel]]) -> dict[str, Any]:
     """Per kernel name, the median over replays of: count, added time summed, mean added, mean
     duration and mean lead; and the replays' median span. Largest added total first."""
@@ -67,16 +75,12 @@ def summarize(replays: list[list[Kernel]]) -> dict[str, Any]:
     table = []
     for name in names:
         per_replay = [[row for row in p["kernels"] if row["kernel"] == name] for p in parts]
-        count = statistics.median(len(rows) for rows in per_replay)
-
-        def med(field: str, total: bool, rows_of: list[list[dict[str, Any]]] = per_replay) -> float:
-            values = [sum(r[field] for r in rows) / (1 if total else max(1, len(rows))) for rows in rows_of]  # fmt: skip
-            return statistics.median(values)
-
         table.append({
-            "kernel": name, "count": count, "added_us": med("added", True),
-            "mean_added_us": med("added", False), "mean_dur_us": med("dur", False),
-            "mean_lead_us": med("lead", False),
+            "kernel": name, "count": statistics.median(len(rows) for rows in per_replay),
+            "added_us": _median(per_replay, "added", False),
+            "mean_added_us": _median(per_replay, "added", True),
+            "mean_dur_us": _median(per_replay, "dur", True),
+            "mean_lead_us": _median(per_replay, "lead", True),
         })  # fmt: skip
     table.sort(key=lambda r: -float(r["added_us"]))
     spans = [p["span"] for p in parts]
@@ -104,7 +108,7 @@ def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from bench.decode import step_layout, time_graph
+    from bench.decode import capture_graph, step_layout, time_graph
     from engine.cuda.backend import CudaBackend
     from engine.cuda.model import random_model
 
@@ -119,10 +123,7 @@ def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
 
         untraced = time_graph(launch) * 1e6
         stream = cp.cuda.Stream(non_blocking=True)
-        with stream:
-            stream.begin_capture()
-            launch()
-            graph = stream.end_capture()
+        graph = capture_graph(launch, stream)
         for _ in range(3):
             graph.launch(stream)
         stream.synchronize()
