@@ -32,23 +32,17 @@ from engine.cuda import kernels, weights  # noqa: E402
 from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type  # noqa: E402
 
 
-def capture_graph(launch: Callable[[], None], stream: Any) -> Any:
-    """A CUDA graph holding what `launch` enqueues, captured on `stream` (run once before, so
-    that kernels compile and load outside the capture)."""
-    with stream:
-        launch()
-        stream.synchronize()
-        stream.begin_capture()
-        launch()
-        return stream.end_capture()
-
-
 def time_graph(launch: Callable[[], None], reps: int = 20, warmup: int = 3) -> float:
     """Median seconds of one replay of a CUDA graph holding what `launch` enqueues."""
     import cupy as cp
 
     stream = cp.cuda.Stream(non_blocking=True)
-    graph = capture_graph(launch, stream)
+    with stream:
+        launch()  # compile / load outside the capture
+        stream.synchronize()
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
     for _ in range(warmup):
         graph.launch(stream)
     times = []
