@@ -182,7 +182,7 @@ def state_rounded_per_row(rounding: Callable[[np.ndarray], np.ndarray]) -> Any:
 
 
 STATE_ROUNDINGS = {
-    "state16": lambda s: s.astype(np.float16).astype(np.float32),
+    "state16": lambda s: _f16(s).astype(np.float32),
     "statebf16": _bf16,
 }
 
