@@ -1099,6 +1099,120 @@ PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4s, i8_rows4<1, 1, true>(p0, rows,
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m8s, i8_rows4<1, 2, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12s, i8_rows4<1, 3, true>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 
+// rows_i8f4 / 8 / 12: rows_i8m4 / 8 / 12's products and bits (the same integers, the same float
+// folds in the same order) with the activations' B fragments stored in the order the lanes read
+// them. rows_i8m* gather each B load from 8 pieces of 8 bytes (4 rows x 2 planes, 32 bytes a
+// quad of lanes), 8 L1 wavefronts a load: 192 a super-block at 12 rows, more than its ~400
+// instructions leave room for (the likely cause of v36d's 65 %). Here a warp's B load is 512
+// contiguous bytes, two sub-blocks at once (4 wavefronts), and missing rows are zeros, so no
+// bounds test. The fragment block F follows the R row buffers (X + R ldx): per quad of rows q
+// (rows 4q .. 4q + 3) and super-block sb, I8F_QUAD_SB bytes: for each sub-block pair p (0-3),
+// 32 lanes x 16 bytes (lane 4 gid + t: row 4q + gid / 2, plane hi or lo by gid & 1, bytes
+// 8t .. 8t + 7 of sub-blocks 2p, 2p + 1), then the mins' fragments, 32 lanes x 16 bytes (parts
+// 0, 1: rows_i8m4's xm[(2 part + (gid & 1)) * 4]). NT quads are read: R > 4 (NT - 1).
+constexpr int I8F_QUAD_SB = 5 * 512;
+
+template <int NT>
+OJ_DEV void i8_superblock4f(const I8Blk (&b)[2], const u8* __restrict__ X, long ldx, int R, int K, int sb,
+                            int lane, int gid, int t, float (&acc)[NT][2], float (&mh)[NT][2],
+                            float (&ml)[NT][2]) {
+    const int nsb = K >> 8;
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    // 16 x the exact sums: the low nibbles' sums (even sub-blocks) times 16 scale, the high
+    // nibbles' (odd, already 16q) times scale: rows_i8m*'s 16 e + o as one accumulator
+    int th[NT][2][2] = {};
+    const uint4* fr[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+        fr[n] = (const uint4*)(X + (size_t)R * ldx + ((size_t)n * nsb + sb) * I8F_QUAD_SB) + lane;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        uint4 bv[NT];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) bv[n] = fr[n][32 * p];
+#pragma unroll
+        for (int odd = 0; odd < 2; ++odd) {
+            const int s = 2 * p + odd;
+            const u32 mask = odd ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                int c[4];
+                mma_16832_u8s8(c, b[0].q[p].x & mask, b[1].q[p].x & mask, b[0].q[p].y & mask, b[1].q[p].y & mask,
+                               odd ? bv[n].z : bv[n].x, odd ? bv[n].w : bv[n].y);
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int scale = (int)__byte_perm(sc[r][s >> 2], 0u, 0x4440u + (s & 3)) << (odd ? 0 : 4);
+                    th[n][r][0] += scale * c[2 * r];
+                    th[n][r][1] += scale * c[2 * r + 1];
+                }
+            }
+        }
+    }
+    const int sh = 8 * t;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const float* sx_t = (const float*)(X + min(4 * n + t, R - 1) * ldx + 2 * (size_t)K);
+        const float sxv = sx_t[sb];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float d = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+            const float f = (float)th[n][r][0] + (float)th[n][r][1] * (1.0f / 254.0f);
+            acc[n][r] = fmaf(d * sxv, f, acc[n][r]);
+        }
+        const uint4 mv = fr[n][32 * 4];
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+            int c[4];
+            mma_16832_u8s8(c, mm[0][0] >> sh, mm[1][0] >> sh, mm[0][1] >> sh, mm[1][1] >> sh, part ? mv.z : mv.x,
+                           part ? mv.w : mv.y);
+            float(&dst)[2] = part ? ml[n] : mh[n];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float dmin = h2f((u16)(b[r].hdr.x >> 16));
+                dst[r] = fmaf(dmin * scale, (float)(c[2 * r] + 64 * c[2 * r + 1]), dst[r]);
+            }
+        }
+    }
+}
+
+template <int NT>
+OJ_DEV void i8_rows4f(const u8* __restrict__ p0, int rows, int cols, const u8* __restrict__ X, long ldx,
+                      float* __restrict__ Y, int ldy, int R) {
+    __shared__ float red[MM_NW][4 * NT][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 16, nsb = cols >> 8;
+    float acc[NT][2] = {}, mh[NT][2] = {}, ml[NT][2] = {};
+    auto load_to = [&](I8Blk (&b)[2], int sb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    };
+    i8_turns<I8Blk[2]>(warp, nsb, load_to, [&](I8Blk (&b)[2], int sb) {
+        i8_superblock4f<NT>(b, X, ldx, R, cols, sb, lane, gid, t, acc, mh, ml);
+    });
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) red[warp][4 * n + t][gid + 8 * r] = acc[n][r] - (mh[n][r] + ml[n][r]);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 4 * NT * 16; idx += blockDim.x) {
+        const int i = idx % 16, rr = idx / 16;
+        if (rr < R && row0 + i < rows) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MM_NW; ++w) v += red[w][rr][i];
+            Y[(size_t)rr * ldy + row0 + i] = v;
+        }
+    }
+}
+
+PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8f4, i8_rows4f<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8f8, i8_rows4f<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 3), rows_i8f12, i8_rows4f<3>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+
 // ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
 // the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as
 // `rows_i8m`'s) and 32 activation rows (8 n-tiles of 4 rows, hi and lo in B columns 2r, 2r + 1,

@@ -131,9 +131,9 @@ RING_ROUND = 8 * 1024
 INT8 = {
     1: [("rows1", 0), ("rows_abl_nodeq", 0), ("rows_abl_loads", 0), ("rows_i8", 0),
         ("rows_i8_nomin", 0), ("rows_i8m", 0), ("rows_i8m_d", 0), ("rows_i8m_auto", 0)],
-    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8m4x2", 0), ("rows_i8m4s", 0)],
-    8: [("rows_i8m8", 0), ("rows_i8m8s", 0)],
-    12: [("rows_i8m12", 0), ("rows_i8m12s", 0)],
+    4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8f4", 0), ("rows_i8m4x2", 0), ("rows_i8m4s", 0)],
+    8: [("rows_i8m8", 0), ("rows_i8f8", 0), ("rows_i8m8s", 0)],
+    12: [("rows_i8m12", 0), ("rows_i8f12", 0), ("rows_i8m12s", 0)],
     512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
 }  # fmt: skip
 SETS = {
@@ -179,6 +179,29 @@ def int8_activations(x: Any) -> Any:
     return cp.concatenate(parts)
 
 
+def int8_fragments(rows: list[Any], k: int) -> Any:
+    """The fragment block rows_i8f* read after the row buffers (tma_probe.cu I8F_QUAD_SB): the
+    rows' int8 planes and mins' fragments (int8_activations) in the order the lanes load them,
+    per quad of rows and super-block; a quad's missing rows are zeros."""
+    import cupy as cp
+
+    nsb = k // 256
+    xm_off = 2 * k + 16 * -(-nsb // 4) + 4 * (k // 32)
+    quads = -(-len(rows) // 4)
+    zero = cp.zeros_like(rows[0])
+    padded = [*rows, *[zero] * (4 * quads - len(rows))]
+    buf = cp.stack(padded).reshape(quads, 4, -1)  # [q, j, bytes]
+    # planes: [q, j, plane, sb, p, odd, t, 8] -> [q, sb, p, j, plane, t, odd, 8]
+    planes = buf[:, :, : 2 * k].reshape(quads, 4, 2, nsb, 4, 2, 4, 8)
+    planes = planes.transpose(0, 3, 4, 1, 2, 6, 5, 7).reshape(quads, nsb, 4 * 512)
+    # mins: columns 0-3 of [q, j, sb, column, t, 8] as [q, j, sb, part, plane, t, 8] -> [q, sb, j,
+    # plane, t, part, 8] (columns 4-7 are zeros, read by no lane)
+    mins = buf[:, :, xm_off : xm_off + nsb * 256].reshape(quads, 4, nsb, 8, 4, 8)[:, :, :, :4]
+    mins = mins.reshape(quads, 4, nsb, 2, 2, 4, 8)
+    mins = mins.transpose(0, 2, 1, 4, 5, 3, 6).reshape(quads, nsb, 512)
+    return cp.ascontiguousarray(cp.concatenate([planes, mins], axis=2)).ravel()
+
+
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
 # 4 CTAs per SM (228 KiB per SM), where the ablations' fewer registers would allow 5
 ROWS_SMEM = 46 * 1024
@@ -214,6 +237,8 @@ class Probe:
         self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
         # id(x) -> (x, its rows' int8 forms one after another, the bytes of one)
         self.int8_rows: dict[int, tuple[Any, Any, int]] = {}
+        # id(x) -> (x, those rows followed by their fragment block: rows_i8f*)
+        self.int8_frags: dict[int, tuple[Any, Any]] = {}
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -270,6 +295,14 @@ class Probe:
                 self.int8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
             _, xh, size = self.int8_rows[id(x)]
             ldx = i32(size)
+            if kernel.startswith("rows_i8f"):  # the fragment block after the R row buffers
+                if id(x) not in self.int8_frags:
+                    parts = [xh[r * size : (r + 1) * size] for r in range(x.shape[0])]
+                    self.int8_frags[id(x)] = (
+                        x,
+                        cp.concatenate([xh, int8_fragments(parts, x.shape[1])]),
+                    )
+                xh = self.int8_frags[id(x)][1]
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("gemm_i8"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
             smem = 2 * GEMM_I8_STAGE if kernel in PIPELINED else 0  # two stages (__init__)
@@ -309,7 +342,7 @@ def check(probe: Probe) -> dict[str, float]:
                 ):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
                 if kernel.startswith(
-                    ("rows_i8m4", "rows_i8m8", "rows_i8m12", "rows_i8m_d", "gemm_i8")
+                    ("rows_i8m4", "rows_i8m8", "rows_i8m12", "rows_i8f", "rows_i8m_d", "gemm_i8")
                 ):  # rows_i8m's bits
                     for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)

@@ -1,0 +1,54 @@
+"""bench/tma_probe.py's fragment block for the rows_i8f* kernels: every lane's 16 bytes are the
+ones rows_i8m4/8/12 gather from the row buffers for the same sub-blocks, so both kernels multiply
+the same integers (CPU: numpy stands in for CuPy)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from bench import tma_probe
+
+I8F_QUAD_SB = 5 * 512  # tma_probe.cu: bytes per quad of rows and super-block
+
+
+def _lane_bytes(rows: list[np.ndarray], k: int, q: int, sb: int, lane: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  # fmt: skip
+    """What lane (gid, t) of rows_i8m4's n-tile q loads for super-block sb: its B bytes of each
+    sub-block (hi or lo of row 4q + gid / 2, bytes 8t .. 8t + 7) and its two mins' fragments."""
+    nsb = k // 256
+    xm_off = 2 * k + 16 * -(-nsb // 4) + 4 * (k // 32)
+    gid, t = lane >> 2, lane & 3
+    row = 4 * q + gid // 2
+    zero = np.zeros(8, np.int8)
+    if row >= len(rows):
+        return [zero] * 8, [zero] * 2
+    x = rows[row]
+    planes = [x[(gid & 1) * k + sb * 256 + 32 * s + 8 * t :][:8] for s in range(8)]
+    mins = []
+    for part in range(2):
+        u = xm_off + 8 * (sb * 32 + (2 * part + (gid & 1)) * 4 + t)
+        mins.append(x[u : u + 8])
+    return planes, mins
+
+
+@pytest.mark.parametrize("n_rows", [1, 4, 7, 12])
+def test_fragment_block_holds_what_the_gathering_kernels_load(n_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    k = 768
+    x = np.random.default_rng(n_rows).standard_normal((n_rows, k)).astype(np.float32)
+    rows = [tma_probe.int8_activations(r) for r in x]
+    block = tma_probe.int8_fragments(rows, k)
+    quads, nsb = -(-n_rows // 4), k // 256
+    assert block.dtype == np.int8 and block.size == quads * nsb * I8F_QUAD_SB
+    for q in range(quads):
+        for sb in range(nsb):
+            base = (q * nsb + sb) * I8F_QUAD_SB
+            for lane in range(32):
+                planes, mins = _lane_bytes(rows, k, q, sb, lane)
+                for p in range(4):
+                    got = block[base + 512 * p + 16 * lane :][:16]
+                    np.testing.assert_array_equal(got, np.concatenate(planes[2 * p : 2 * p + 2]))
+                got = block[base + 2048 + 16 * lane :][:16]
+                np.testing.assert_array_equal(got, np.concatenate(mins))
