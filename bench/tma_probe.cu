@@ -1212,6 +1212,9 @@ OJ_DEV void i8_rows4f(const u8* __restrict__ p0, int rows, int cols, const u8* _
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8f4, i8_rows4f<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8f8, i8_rows4f<2>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 PRODUCT_PROBE((32 * MM_NW, 3), rows_i8f12, i8_rows4f<3>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+// 16 and 20 rows: four and five n-tiles, at 2 CTAs per SM (their accumulators need the registers)
+PRODUCT_PROBE((32 * MM_NW, 2), rows_i8f16, i8_rows4f<4>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
+PRODUCT_PROBE((32 * MM_NW, 2), rows_i8f20, i8_rows4f<5>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
 
 // ---- Integer prefill (--set int8 at 512 rows): gemm_i8 gives every row `rows_i8m`'s bits with
 // the tiling of a prefill product. A CTA of 8 warps owns 128 weight rows (a warp its m-tile, as

@@ -134,6 +134,8 @@ INT8 = {
     4: [("rows4", 0), ("rows_i8m4", 0), ("rows_i8f4", 0), ("rows_i8m4x2", 0), ("rows_i8m4s", 0)],
     8: [("rows_i8m8", 0), ("rows_i8f8", 0), ("rows_i8m8s", 0)],
     12: [("rows_i8m12", 0), ("rows_i8f12", 0), ("rows_i8m12s", 0)],
+    16: [("rows_i8f16", 0)],
+    20: [("rows_i8f20", 0)],
     512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
 }  # fmt: skip
 SETS = {
