@@ -1512,3 +1512,202 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     gemm_i8s(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
     g8_pipelined<true>(p0, rows, cols, Xv, ldx, Y, ldy, R);
 }
+
+// ---- gemm_h8 (--set int8 at 512 rows): the integer products' bits at prefill through f16 mma on
+// integer-valued operands. A = sc q (a sub-block's 6-bit scale times its 4-bit codes, <= 945:
+// exact in f16, one LOP3 and one HFMA2 per two codes), B = the activation parts hi and lo (|.| <=
+// 127, exact in f16); their products and sums are integers, exact in the f32 accumulators while
+// below 2^24: a half super-block's sums are (4 x 32 x 945 x 127 < 15.4M), so each half is summed
+// from zero and the two added in f32, one rounding of the exact total, as the integer kernels'
+// (float) of their exact int. 16 x that total is rows_i8m's T, and the folds are g8_fold's, so a
+// row's result is rows_i8m's bit for bit (checked). The mins' term likewise: A = the 6-bit mins,
+// B = the activations' sub-block sums as 64a + b (a, b exact in f16). Why: gemm_i8p (v36a) stayed
+// 1.49x the f16 gemm because every integer mma's sums were scaled per element and sub-block
+// (four IMADs per mma); here the scales ride in A, the mma's accumulators sum a half super-block,
+// and the integer design's missing prefill piece (v43's plan) may come within reach of the f16
+// gemm. Tiling as gemm_i8p: a CTA of 8 warps owns 128 weight rows (a warp its m-tile, weights in
+// registers) and 32 activation rows (8 n-tiles of 4 rows, hi and lo in B columns 2r, 2r + 1),
+// staged per super-block by cp.async in two stages, the (class, super-block) items in the row
+// kernels' order.
+// Activations (tma_probe.py h8_activations), per row: f16 hi [K] and lo [K], each group of 8
+// in the order 0 2 1 3 4 6 5 7 (the lanes' k order below); f32 s / 16 [K / 256, padded to 4];
+// f16 mins' sums [K / 256][part: XH, XL][b, a][8 sub-blocks].
+// mma k order: lane t's A and B hold elements 8t + (0, 2 | 1, 3) of a sub-block in its first k16
+// step and 8t + (4, 6 | 5, 7) in its second; the sums are exact, so any order gives the same.
+constexpr int H8_ROWS = 32;                    // activation rows per CTA
+constexpr int H8_PART = 576;                   // bytes per staged part (hi, lo) of a row: 512 +
+constexpr int H8_ROWB = 2 * H8_PART;           // 64 of padding, so lanes 4-7 leave lanes 0-3's banks
+constexpr int H8_MINB = 80;                    // bytes per staged row of the mins' sums: 64 + 16
+constexpr int H8_STAGE = H8_ROWS * (H8_ROWB + H8_MINB) + 4 * H8_ROWS;
+
+struct H8Rows {
+    const u8* X;
+    long ldx, xm_off;
+    int cols, rbase, nr;
+    OJ_DEV const u8* row(int r) const { return X + (size_t)(rbase + r) * ldx; }
+};
+// super-block sb of the CTA's rows into a stage (rows past R as zeros), as g8_stage
+template <class Put, class Put4>
+OJ_DEV void h8_stage(const H8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
+    for (int i = threadIdx.x; i < H8_ROWS * 64; i += blockDim.x) {
+        const int r = i >> 6, q = i & 63, part = q >> 5, off = (q & 31) * 16;
+        put(stage + r * H8_ROWB + part * H8_PART + off,
+            r < a.nr ? a.row(r) + (size_t)part * 2 * a.cols + sb * 512 + off : nullptr);
+    }
+    u8* sm_m = stage + H8_ROWS * H8_ROWB;
+    for (int i = threadIdx.x; i < H8_ROWS * 4; i += blockDim.x) {
+        const int r = i >> 2, q = i & 3;
+        put(sm_m + r * H8_MINB + q * 16, r < a.nr ? a.row(r) + a.xm_off + sb * 64 + q * 16 : nullptr);
+    }
+    float* ss = (float*)(sm_m + H8_ROWS * H8_MINB);
+    if (threadIdx.x < H8_ROWS) {
+        const int r = threadIdx.x;
+        put4(ss + r, r < a.nr ? (const float*)(a.row(r) + 4 * (size_t)a.cols) + sb : nullptr);
+    }
+}
+// two bytes of word as f16 values (exact: < 1024), picked into bytes 0 and 2 by PRMT selector
+// sel whose other two nibbles pick zeros (4)
+OJ_DEV u32 h8_pair(u32 word, u32 sel) {
+    const u32 m = __byte_perm(word, 0u, sel) | 0x64006400u;  // 1024 + v in each half
+    return hsub2(m, 0x64006400u);
+}
+// One super-block of a warp's m-tile against the CTA's 32 staged rows: rows_i8m's integers as
+// f32, then g8_fold's float folds.
+OJ_DEV void h8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, float (&acc)[8][2],
+                          float (&mh)[8][2], float (&ml)[8][2]) {
+    u32 sc[2][2], mm[2][2];
+    i8_scales(b[0].hdr, sc[0], mm[0]);
+    i8_scales(b[1].hdr, sc[1], mm[1]);
+    float C[2][8][4];  // each half's sums
+    const u8* bx = stage + (gid >> 1) * H8_ROWB + (gid & 1) * H8_PART + 16 * t;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) C[half][n][0] = C[half][n][1] = C[half][n][2] = C[half][n][3] = 0.0f;
+#pragma unroll
+        for (int ss = 0; ss < 4; ++ss) {
+            const int s = 4 * half + ss, j = s >> 1;
+            // A: rows gid (r 0) and gid + 8 (r 1), codes of sub-block s as sc q in f16
+            u32 a[2][4];  // [r][step 0 (e0 e2), step 0 (e1 e3), step 1 (e4 e6), step 1 (e5 e7)]
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const u32 sel = (u32)(s & 3) | 0x4000u | ((u32)(s & 3) << 8) | 0x0040u;
+                const u32 sc2 = h8_pair(sc[r][s >> 2], sel);   // (sc, sc)
+                const u32 nb2 = hmul2(sc2, 0xE400E400u);         // (-1024 sc, -1024 sc)
+                const u32 wx = (s & 1) ? b[r].q[j].x >> 4 : b[r].q[j].x;
+                const u32 wy = (s & 1) ? b[r].q[j].y >> 4 : b[r].q[j].y;
+                a[r][0] = hfma2((wx & 0x000F000Fu) | 0x64006400u, sc2, nb2);
+                a[r][1] = hfma2(((wx >> 8) & 0x000F000Fu) | 0x64006400u, sc2, nb2);
+                a[r][2] = hfma2((wy & 0x000F000Fu) | 0x64006400u, sc2, nb2);
+                a[r][3] = hfma2(((wy >> 8) & 0x000F000Fu) | 0x64006400u, sc2, nb2);
+            }
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                const uint4 bv = *(const uint4*)(bx + 4 * n * H8_ROWB + 64 * s);
+                mma_16816(C[half][n], a[0][0], a[1][0], a[0][1], a[1][1], bv.x, bv.y);
+                mma_16816(C[half][n], a[0][2], a[1][2], a[0][3], a[1][3], bv.z, bv.w);
+            }
+        }
+    }
+    // g8_fold's folds on the same values: T = 16 x the exact sums (one rounding of the total)
+    const u8* sm_m = stage + H8_ROWS * H8_ROWB;
+    const float* ssx = (const float*)(sm_m + H8_ROWS * H8_MINB);
+    float dd[2], dm[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+    }
+    // the mins as A: (m_2t, m_2t+1) of rows gid, gid + 8 (bytes 2 (t & 1), + 1 of their word);
+    // k 8-15 zero
+    const u32 msel = (t & 1) ? 0x4342u : 0x4140u;
+    const u32 ma[2] = {h8_pair(mm[0][t >> 1], msel), h8_pair(mm[1][t >> 1], msel)};
+    const u8* bm = sm_m + (gid >> 1) * H8_MINB + (gid & 1) * 16 + 4 * t;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const float sxv = ssx[4 * n + t];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float th = 16.0f * (C[0][n][2 * r] + C[1][n][2 * r]);
+            const float tl = 16.0f * (C[0][n][2 * r + 1] + C[1][n][2 * r + 1]);
+            const float f = th + tl * (1.0f / 254.0f);
+            acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            const u32 bv = *(const u32*)(bm + 4 * n * H8_MINB + part * 32);
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_16816(c, ma[0], ma[1], 0u, 0u, bv, 0u);
+            const float scale = part ? sxv * (16.0f / 254.0f) : sxv * 16.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float& dst = part ? ml[n][r] : mh[n][r];
+                dst = fmaf(dm[r] * scale, fmaf(64.0f, c[2 * r + 1], c[2 * r]), dst);
+            }
+        }
+    }
+}
+
+// gemm_h8: g8_pipelined's items, stages and barriers with h8's staged rows and superblock
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_h8(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    extern __shared__ __align__(16) u8 stages[];  // 2 x H8_STAGE
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * H8_ROWS, nsb = cols >> 8;
+    const H8Rows a = {(const u8*)Xv, ldx, 4 * (long)cols + 16 * ((nsb + 3) / 4), cols, rbase,
+                      min(H8_ROWS, R - rbase)};
+    auto item_sb = [&](int i, int& w) {  // item i: class w's super-block, classes in order
+        for (w = 0; w < MM_NW; ++w) {
+            const int n = (nsb - w + MM_NW - 1) / MM_NW;
+            if (i < n) return w + i * MM_NW;
+            i -= n;
+        }
+        return -1;
+    };
+    auto stage_of = [&](int i) { return stages + (i & 1) * H8_STAGE; };
+    auto ask = [&](int i) {
+        int w;
+        const int sb = i < nsb ? item_sb(i, w) : -1;
+        if (sb >= 0)
+            h8_stage(
+                a, stage_of(i), sb, [&](u8* d, const u8* src) { g8_copy16(d, src, a.X); },
+                [&](float* d, const float* src) { g8_copy4(d, src, a.X); });
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    float total[8][2] = {}, acc[8][2] = {}, mh[8][2] = {}, ml[8][2] = {};
+    I8Blk b[2], nb[2];
+    int w0;
+    if (nsb > 0) {
+        const int sb = item_sb(0, w0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    }
+    oj_grid_dep();
+    ask(0);
+    for (int i = 0; i < nsb; ++i) {
+        int w, wn = -1;
+        item_sb(i, w);
+        const int sbn = i + 1 < nsb ? item_sb(i + 1, wn) : -1;
+        if (sbn >= 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) i8_load(nb[h], W, min(row0 + 8 * h + gid, rows - 1), sbn, t);
+        }
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();  // item i's stage is in; item i - 1's is read by all
+        ask(i + 1);
+        h8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
+        if (wn != w) {  // the class ends: add it, start the next from zero
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
+                    acc[n][r] = mh[n][r] = ml[n][r] = 0.0f;
+                }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) b[h] = nb[h];
+    }
+    g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
+}

@@ -121,8 +121,10 @@ CHOSEN: dict[str, Callable[[int, int], str]] = {
 }
 # bytes of one activation stage of gemm_i8p (tma_probe.cu G8_STAGE: 32 rows x (576 + 192) + 128)
 GEMM_I8_STAGE = 32 * (576 + 192) + 4 * 32
-# the gemm kernels with two such stages in dynamic shared memory
-PIPELINED = {"gemm_i8p", "gemm_i8s"}
+# and of gemm_h8 (H8_STAGE: 32 rows x (2 x 576 + 80) + 128)
+GEMM_H8_STAGE = 32 * (2 * 576 + 80) + 4 * 32
+# the gemm kernels with two activation stages in dynamic shared memory: one stage's bytes
+PIPELINED = {"gemm_i8p": GEMM_I8_STAGE, "gemm_i8s": GEMM_I8_STAGE, "gemm_h8": GEMM_H8_STAGE}
 # bytes of one ring round per CTA (tma_probe.cu ring_loads: LU x 16 x threads)
 RING_ROUND = 8 * 1024
 # --set int8 (tma_probe.cu rows_i8*): the one-row Q4_K product on integer mma with the activation
@@ -136,7 +138,7 @@ INT8 = {
     12: [("rows_i8m12", 0), ("rows_i8f12", 0), ("rows_i8m12s", 0)],
     16: [("rows_i8f16", 0)],
     20: [("rows_i8f20", 0)],
-    512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0)],
+    512: [("gemm_i8", 0), ("gemm_i8p", 0), ("gemm_i8s", 0), ("gemm_h8", 0)],
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
@@ -204,6 +206,29 @@ def int8_fragments(rows: list[Any], k: int) -> Any:
     return cp.ascontiguousarray(cp.concatenate([planes, mins], axis=2)).ravel()
 
 
+# gemm_h8's order of the 8 elements of each group in its f16 planes (tma_probe.cu: lane t's
+# first k16 step holds elements 8t + 0, 2 | 1, 3 of a sub-block, its second 4, 6 | 5, 7)
+H8_ORDER = (0, 2, 1, 3, 4, 6, 5, 7)
+
+
+def h8_activations(row: Any, k: int) -> Any:
+    """One row's int8_activations as gemm_h8 reads them: f16 hi [K] and lo [K] (groups of 8 in
+    H8_ORDER), the same f32 s / 16 [K / 256, padded to 4], f16 mins' sums [K / 256][XH, XL][b,
+    a][8 sub-blocks] (b = sum & 63, a = sum >> 6, as int8_activations' B fragments)."""
+    import cupy as cp
+
+    nsb = k // 256
+    order = cp.asarray(H8_ORDER)
+    planes = row[: 2 * k].view(cp.int8).reshape(2, k // 8, 8)[:, :, order].astype(cp.float16)
+    sx_bytes = 16 * -(-nsb // 4)
+    sx = row[2 * k : 2 * k + sx_bytes]
+    sums = planes.astype(cp.int32).reshape(2, nsb, 8, 32).sum(axis=3)  # [part][sb][sub-block]
+    mins = cp.stack([sums & 63, sums >> 6], axis=2).transpose(1, 0, 2, 3).astype(cp.float16)
+    return cp.concatenate(
+        [planes.ravel().view(cp.int8), sx.view(cp.int8), mins.ravel().view(cp.int8)]
+    )
+
+
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
 # 4 CTAs per SM (228 KiB per SM), where the ablations' fewer registers would allow 5
 ROWS_SMEM = 46 * 1024
@@ -224,8 +249,9 @@ class Probe:
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
         names = {k for vs in variants.values() for k, _ in vs} - set(CHOSEN)
         self.fns = {name: launch.kernel(mod, name) for name in names}
-        for name in PIPELINED & set(self.fns):  # two activation stages: dynamic smem over 48 KiB
-            self.fns[name].fn.max_dynamic_shared_size_bytes = 2 * GEMM_I8_STAGE
+        # two activation stages: dynamic shared memory over 48 KiB
+        for name in PIPELINED.keys() & set(self.fns):
+            self.fns[name].fn.max_dynamic_shared_size_bytes = 2 * PIPELINED[name]
         self.sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
         # ROWS_SMEM, less what a kernel's static shared memory takes over the 48 KiB a launch
         # may ask without opting in
@@ -241,6 +267,8 @@ class Probe:
         self.int8_rows: dict[int, tuple[Any, Any, int]] = {}
         # id(x) -> (x, those rows followed by their fragment block: rows_i8f*)
         self.int8_frags: dict[int, tuple[Any, Any]] = {}
+        # id(x) -> (x, its rows' gemm_h8 forms one after another, the bytes of one)
+        self.h8_rows: dict[int, tuple[Any, Any, int]] = {}
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -291,7 +319,9 @@ class Probe:
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
             xh, ldx = self.counters, i32(pair)
-        if kernel.startswith(("rows_i8", "gemm_i8")):  # rows as int8_activations has them
+        if kernel.startswith(
+            ("rows_i8", "gemm_i8", "gemm_h8")
+        ):  # rows as int8_activations has them
             if id(x) not in self.int8_rows:
                 parts = [int8_activations(row) for row in x]
                 self.int8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
@@ -305,9 +335,18 @@ class Probe:
                         cp.concatenate([xh, int8_fragments(parts, x.shape[1])]),
                     )
                 xh = self.int8_frags[id(x)][1]
+            if kernel == "gemm_h8":  # its own form of the same integers (h8_activations)
+                if id(x) not in self.h8_rows:
+                    parts = [
+                        h8_activations(xh[r * size : (r + 1) * size], x.shape[1])
+                        for r in range(x.shape[0])
+                    ]
+                    self.h8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
+                _, xh, size = self.h8_rows[id(x)]
+                ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
-        if kernel.startswith("gemm_i8"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
-            smem = 2 * GEMM_I8_STAGE if kernel in PIPELINED else 0  # two stages (__init__)
+        if kernel.startswith("gemm"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
+            smem = 2 * PIPELINED.get(kernel, 0)  # two stages (__init__)
             self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
         elif kernel.startswith("rows"):  # the engine's wmat_rows takes its tile from grid y
             self.fns[kernel]((1, grid), (THREADS,), args, shared_mem=self.rows_smem[kernel])
@@ -340,11 +379,19 @@ def check(probe: Probe) -> dict[str, float]:
                 bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
                 if kernel.startswith(
-                    ("rows_i8", "gemm_i8")
+                    ("rows_i8", "gemm_i8", "gemm_h8")
                 ):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
                 if kernel.startswith(
-                    ("rows_i8m4", "rows_i8m8", "rows_i8m12", "rows_i8f", "rows_i8m_d", "gemm_i8")
+                    (
+                        "rows_i8m4",
+                        "rows_i8m8",
+                        "rows_i8m12",
+                        "rows_i8f",
+                        "rows_i8m_d",
+                        "gemm_i8",
+                        "gemm_h8",
+                    )
                 ):  # rows_i8m's bits
                     for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)

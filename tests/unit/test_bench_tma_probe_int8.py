@@ -52,3 +52,29 @@ def test_fragment_block_holds_what_the_gathering_kernels_load(n_rows: int, monke
                     np.testing.assert_array_equal(got, np.concatenate(planes[2 * p : 2 * p + 2]))
                 got = block[base + 2048 + 16 * lane :][:16]
                 np.testing.assert_array_equal(got, np.concatenate(mins))
+
+
+def test_h8_rows_hold_the_same_integers_in_the_lanes_k_order(monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """gemm_h8's f16 form of a row: its planes are int8_activations' hi and lo, exact, each group
+    of 8 in H8_ORDER; its mins' sums give back int8_activations' B fragments (64a + b)."""
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    k, nsb = 768, 3
+    x = np.random.default_rng(5).standard_normal(k).astype(np.float32) * 3
+    row = tma_probe.int8_activations(x)
+    h8 = tma_probe.h8_activations(row, k)
+    planes = h8[: 4 * k].view(np.float16).reshape(2, k // 8, 8)
+    want = row[: 2 * k].reshape(2, k // 8, 8)[:, :, list(tma_probe.H8_ORDER)]
+    np.testing.assert_array_equal(planes, want.astype(np.float16))
+    assert (planes.astype(np.int32) == want).all()  # exact integers
+    sx_bytes = 16 * -(-nsb // 4)
+    np.testing.assert_array_equal(h8[4 * k : 4 * k + sx_bytes], row[2 * k : 2 * k + sx_bytes])
+    mins = h8[4 * k + sx_bytes :].view(np.float16).reshape(nsb, 2, 2, 8).astype(np.int32)
+    xm_off = 2 * k + sx_bytes + 4 * (k // 32)
+    xm = row[xm_off : xm_off + nsb * 256].reshape(nsb, 8, 4, 2, 4)  # [sb][column][t][b0, b1][byte]
+    for part in range(2):
+        for ab in range(2):
+            column = xm[:, 2 * part + ab, :, :, 0]  # sub-block t in b0, t + 4 in b1
+            np.testing.assert_array_equal(mins[:, part, ab, :4], column[:, :, 0])
+            np.testing.assert_array_equal(mins[:, part, ab, 4:], column[:, :, 1])
+    sums = row[: 2 * k].reshape(2, nsb, 8, 32).astype(np.int32).sum(axis=3)
+    np.testing.assert_array_equal(64 * mins[:, :, 1] + mins[:, :, 0], sums.transpose(1, 0, 2))
