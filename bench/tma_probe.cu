@@ -1628,9 +1628,11 @@ OJ_DEV void h8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, 
         const float sxv = ssx[4 * n + t];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const float th = 16.0f * (C[0][n][2 * r] + C[1][n][2 * r]);
-            const float tl = 16.0f * (C[0][n][2 * r + 1] + C[1][n][2 * r + 1]);
-            const float f = th + tl * (1.0f / 254.0f);
+            // explicit roundings: the compiler must not contract 16 (.) into the fold's FFMA, which
+            // the integer kernels compute as FFMA(tl, 1 / 254, th) on their (float) sums
+            const float th = __fmul_rn(16.0f, __fadd_rn(C[0][n][2 * r], C[1][n][2 * r]));
+            const float tl = __fmul_rn(16.0f, __fadd_rn(C[0][n][2 * r + 1], C[1][n][2 * r + 1]));
+            const float f = __fmaf_rn(tl, 1.0f / 254.0f, th);
             acc[n][r] = fmaf(dd[r] * sxv, f, acc[n][r]);
         }
 #pragma unroll
