@@ -1110,6 +1110,9 @@ PRODUCT_PROBE((32 * MM_NW, 3), rows_i8m12s, i8_rows4<1, 3, true>(p0, rows, cols,
 // 32 lanes x 16 bytes (lane 4 gid + t: row 4q + gid / 2, plane hi or lo by gid & 1, bytes
 // 8t .. 8t + 7 of sub-blocks 2p, 2p + 1), then the mins' fragments, 32 lanes x 16 bytes (parts
 // 0, 1: rows_i8m4's xm[(2 part + (gid & 1)) * 4]). NT quads are read: R > 4 (NT - 1).
+// Measured (bench/NOTES.md v46a-c, an H100, the 27B's Q4_K matrices): the bits hold; 4 / 8 / 12 /
+// 16 / 20 rows 5.09 / 5.20 / 6.87 / 9.10 / 10.56 ms against the engine's 6.11 / 6.39 / 7.18 / 9.80
+// / 11.08 (rows_i8m4 / 8 / 12: 5.80 / 6.89 / 10.86).
 constexpr int I8F_QUAD_SB = 5 * 512;
 
 template <int NT>
@@ -1529,6 +1532,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 // registers) and 32 activation rows (8 n-tiles of 4 rows, hi and lo in B columns 2r, 2r + 1),
 // staged per super-block by cp.async in two stages, the (class, super-block) items in the row
 // kernels' order.
+// Measured (bench/NOTES.md v46c, an H100): 257.7 ms at 512 rows against gemm_i8p's 185.5 and the
+// engine gemm's 127.0 (2.03x; 1,193 loop instructions per super-block and warp); the bits were
+// 9.5e-7 off rows_i8m while nvcc contracted the fold differently (now explicit; not run since).
 // Activations (tma_probe.py h8_activations), per row: f16 hi [K] and lo [K], each group of 8
 // in the order 0 2 1 3 4 6 5 7 (the lanes' k order below); f32 s / 16 [K / 256, padded to 4];
 // f16 mins' sums [K / 256][part: XH, XL][b, a][8 sub-blocks].
