@@ -1439,83 +1439,6 @@ OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, i
     g8_fold(b, mm, stage, gid, t, T, acc, mh, ml);
 }
 
-template <bool SPLIT>
-OJ_DEV void g8_pipelined(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
-    extern __shared__ __align__(16) u8 stages[];  // 2 x G8_STAGE
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
-    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
-    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
-    const G8Rows a = {(const u8*)Xv, ldx, 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5), cols, rbase,
-                      min(G8_ROWS, R - rbase)};
-    // item i: class w, its k-th super-block; items run class by class as gemm_i8's loops
-    auto item_sb = [&](int i, int& w) {
-        for (w = 0; w < MM_NW; ++w) {
-            const int n = (nsb - w + MM_NW - 1) / MM_NW;  // super-blocks of class w
-            if (i < n) return w + i * MM_NW;
-            i -= n;
-        }
-        return -1;
-    };
-    const int items = nsb;  // every super-block once
-    auto stage_of = [&](int i) { return stages + (i & 1) * G8_STAGE; };
-    auto ask = [&](int i) {  // item i's activations into its stage, as one commit group
-        int w;
-        const int sb = i < items ? item_sb(i, w) : -1;
-        if (sb >= 0)
-            g8_stage(
-                a, stage_of(i), sb, [&](u8* d, const u8* src) { g8_copy16(d, src, a.X); },
-                [&](float* d, const float* src) { g8_copy4(d, src, a.X); });
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    };
-    float total[8][2] = {}, acc[8][2] = {}, mh[8][2] = {}, ml[8][2] = {};
-    I8Blk b[2], nb[2];
-    int w0;
-    if (items > 0) {
-        const int sb = item_sb(0, w0);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
-    }
-    oj_grid_dep();
-    ask(0);
-    for (int i = 0; i < items; ++i) {
-        int w, wn = -1;
-        item_sb(i, w);
-        const int sbn = i + 1 < items ? item_sb(i + 1, wn) : -1;
-        if (sbn >= 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) i8_load(nb[h], W, min(row0 + 8 * h + gid, rows - 1), sbn, t);
-        }
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
-        __syncthreads();  // item i's stage is in for every thread; item i - 1's is read by all
-        ask(i + 1);       // into item i - 1's stage
-        if constexpr (SPLIT)
-            g8_superblock_split(b, stage_of(i), gid, t, acc, mh, ml);
-        else
-            g8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
-        if (wn != w) {  // the class ends: add it, start the next from zero
-#pragma unroll
-            for (int n = 0; n < 8; ++n)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    total[n][r] += acc[n][r] - (mh[n][r] + ml[n][r]);
-                    acc[n][r] = mh[n][r] = ml[n][r] = 0.0f;
-                }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) b[h] = nb[h];
-    }
-    g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1)
-    gemm_i8p(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
-    g8_pipelined<false>(p0, rows, cols, Xv, ldx, Y, ldy, R);
-}
-extern "C" __global__ void __launch_bounds__(256, 1)
-    gemm_i8s(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
-    g8_pipelined<true>(p0, rows, cols, Xv, ldx, Y, ldy, R);
-}
-
 // ---- gemm_h8 (--set int8 at 512 rows): the integer products' bits at prefill through f16 mma on
 // integer-valued operands. A = sc q (a sub-block's 6-bit scale times its 4-bit codes, <= 945:
 // exact in f16, one LOP3 and one HFMA2 per two codes), B = the activation parts hi and lo (|.| <=
@@ -1546,15 +1469,9 @@ constexpr int H8_ROWB = 2 * H8_PART;           // 64 of padding, so lanes 4-7 le
 constexpr int H8_MINB = 80;                    // bytes per staged row of the mins' sums: 64 + 16
 constexpr int H8_STAGE = H8_ROWS * (H8_ROWB + H8_MINB) + 4 * H8_ROWS;
 
-struct H8Rows {
-    const u8* X;
-    long ldx, xm_off;
-    int cols, rbase, nr;
-    OJ_DEV const u8* row(int r) const { return X + (size_t)(rbase + r) * ldx; }
-};
 // super-block sb of the CTA's rows into a stage (rows past R as zeros), as g8_stage
 template <class Put, class Put4>
-OJ_DEV void h8_stage(const H8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
+OJ_DEV void h8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
     for (int i = threadIdx.x; i < H8_ROWS * 64; i += blockDim.x) {
         const int r = i >> 6, q = i & 63, part = q >> 5, off = (q & 31) * 16;
         put(stage + r * H8_ROWB + part * H8_PART + off,
@@ -1656,55 +1573,67 @@ OJ_DEV void h8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, 
     }
 }
 
-// gemm_h8: g8_pipelined's items, stages and barriers with h8's staged rows and superblock
-extern "C" __global__ void __launch_bounds__(256, 1)
-    gemm_h8(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
-    extern __shared__ __align__(16) u8 stages[];  // 2 x H8_STAGE
+// KIND 0: gemm_i8p (g8_stage, g8_superblock), 1: gemm_i8s (g8_superblock_split), 2: gemm_h8
+// (h8_stage, h8_superblock: its own staged rows, in stages of H8_STAGE bytes)
+template <int KIND>
+OJ_DEV void g8_pipelined(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    extern __shared__ __align__(16) u8 stages[];  // 2 x STAGE
+    constexpr int STAGE = KIND == 2 ? H8_STAGE : G8_STAGE;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
-    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * H8_ROWS, nsb = cols >> 8;
-    const H8Rows a = {(const u8*)Xv, ldx, 4 * (long)cols + 16 * ((nsb + 3) / 4), cols, rbase,
-                      min(H8_ROWS, R - rbase)};
-    auto item_sb = [&](int i, int& w) {  // item i: class w's super-block, classes in order
+    const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
+    const long xm_off = KIND == 2 ? 4 * (long)cols + 16 * ((nsb + 3) / 4)
+                                  : 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5);
+    const G8Rows a = {(const u8*)Xv, ldx, xm_off, cols, rbase, min(G8_ROWS, R - rbase)};
+    // item i: class w, its k-th super-block; items run class by class as gemm_i8's loops
+    auto item_sb = [&](int i, int& w) {
         for (w = 0; w < MM_NW; ++w) {
-            const int n = (nsb - w + MM_NW - 1) / MM_NW;
+            const int n = (nsb - w + MM_NW - 1) / MM_NW;  // super-blocks of class w
             if (i < n) return w + i * MM_NW;
             i -= n;
         }
         return -1;
     };
-    auto stage_of = [&](int i) { return stages + (i & 1) * H8_STAGE; };
-    auto ask = [&](int i) {
+    const int items = nsb;  // every super-block once
+    auto stage_of = [&](int i) { return stages + (i & 1) * STAGE; };
+    auto ask = [&](int i) {  // item i's activations into its stage, as one commit group
         int w;
-        const int sb = i < nsb ? item_sb(i, w) : -1;
-        if (sb >= 0)
-            h8_stage(
-                a, stage_of(i), sb, [&](u8* d, const u8* src) { g8_copy16(d, src, a.X); },
-                [&](float* d, const float* src) { g8_copy4(d, src, a.X); });
+        const int sb = i < items ? item_sb(i, w) : -1;
+        auto put = [&](u8* d, const u8* src) { g8_copy16(d, src, a.X); };
+        auto put4 = [&](float* d, const float* src) { g8_copy4(d, src, a.X); };
+        if (sb >= 0 && KIND == 2)
+            h8_stage(a, stage_of(i), sb, put, put4);
+        else if (sb >= 0)
+            g8_stage(a, stage_of(i), sb, put, put4);
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
     float total[8][2] = {}, acc[8][2] = {}, mh[8][2] = {}, ml[8][2] = {};
     I8Blk b[2], nb[2];
     int w0;
-    if (nsb > 0) {
+    if (items > 0) {
         const int sb = item_sb(0, w0);
 #pragma unroll
         for (int h = 0; h < 2; ++h) i8_load(b[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
     }
     oj_grid_dep();
     ask(0);
-    for (int i = 0; i < nsb; ++i) {
+    for (int i = 0; i < items; ++i) {
         int w, wn = -1;
         item_sb(i, w);
-        const int sbn = i + 1 < nsb ? item_sb(i + 1, wn) : -1;
+        const int sbn = i + 1 < items ? item_sb(i + 1, wn) : -1;
         if (sbn >= 0) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) i8_load(nb[h], W, min(row0 + 8 * h + gid, rows - 1), sbn, t);
         }
         asm volatile("cp.async.wait_group 0;" ::: "memory");
-        __syncthreads();  // item i's stage is in; item i - 1's is read by all
-        ask(i + 1);
-        h8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
+        __syncthreads();  // item i's stage is in for every thread; item i - 1's is read by all
+        ask(i + 1);       // into item i - 1's stage
+        if constexpr (KIND == 2)
+            h8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
+        else if constexpr (KIND == 1)
+            g8_superblock_split(b, stage_of(i), gid, t, acc, mh, ml);
+        else
+            g8_superblock(b, stage_of(i), gid, t, acc, mh, ml);
         if (wn != w) {  // the class ends: add it, start the next from zero
 #pragma unroll
             for (int n = 0; n < 8; ++n)
@@ -1718,4 +1647,17 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         for (int h = 0; h < 2; ++h) b[h] = nb[h];
     }
     g8_store(total, row0, rbase, gid, t, rows, R, Y, ldy);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8p(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<0>(p0, rows, cols, Xv, ldx, Y, ldy, R);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_i8s(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<1>(p0, rows, cols, Xv, ldx, Y, ldy, R);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_h8(const u8* p0, int rows, int cols, const void* Xv, int ldx, float* Y, int ldy, int R) {
+    g8_pipelined<2>(p0, rows, cols, Xv, ldx, Y, ldy, R);
 }
