@@ -1048,6 +1048,23 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
     }
 }
 
+// The warps' partial sums (red[warp][activation row][weight row of the CTA]) added in warp order
+// into Y's first R rows, after the block's barrier
+template <int AROWS, int WROWS>
+OJ_DEV void i8_warps_store(const float (&red)[MM_NW][AROWS][WROWS], int row0, int rows, int R, float* __restrict__ Y,
+                           int ldy) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < AROWS * WROWS; idx += blockDim.x) {
+        const int i = idx % WROWS, rr = idx / WROWS;
+        if (rr < R && row0 + i < rows) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MM_NW; ++w) v += red[w][rr][i];
+            Y[(size_t)rr * ldy + row0 + i] = v;
+        }
+    }
+}
+
 // R <= 4 NT activation rows: NT n-tiles of 4 rows each (rows_i8m8: 2, rows_i8m12: 3)
 template <int MT, int NT = 1, bool SPLIT = false>
 OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __restrict__ X, long ldx,
@@ -1073,16 +1090,7 @@ OJ_DEV void i8_rows4(const u8* __restrict__ p0, int rows, int cols, const u8* __
 #pragma unroll
             for (int r = 0; r < 2; ++r)
                 red[warp][4 * n + t][16 * m + gid + 8 * r] = acc[m][n][r] - (mh[m][n][r] + ml[m][n][r]);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < 4 * NT * 16 * MT; idx += blockDim.x) {
-        const int i = idx % (16 * MT), rr = idx / (16 * MT);
-        if (rr < R && row0 + i < rows) {
-            float v = 0.0f;
-#pragma unroll
-            for (int w = 0; w < MM_NW; ++w) v += red[w][rr][i];
-            Y[(size_t)rr * ldy + row0 + i] = v;
-        }
-    }
+    i8_warps_store(red, row0, rows, R, Y, ldy);
 }
 
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8m4, i8_rows4<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
@@ -1200,16 +1208,7 @@ OJ_DEV void i8_rows4f(const u8* __restrict__ p0, int rows, int cols, const u8* _
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int r = 0; r < 2; ++r) red[warp][4 * n + t][gid + 8 * r] = acc[n][r] - (mh[n][r] + ml[n][r]);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < 4 * NT * 16; idx += blockDim.x) {
-        const int i = idx % 16, rr = idx / 16;
-        if (rr < R && row0 + i < rows) {
-            float v = 0.0f;
-#pragma unroll
-            for (int w = 0; w < MM_NW; ++w) v += red[w][rr][i];
-            Y[(size_t)rr * ldy + row0 + i] = v;
-        }
-    }
+    i8_warps_store(red, row0, rows, R, Y, ldy);
 }
 
 PRODUCT_PROBE((32 * MM_NW, MM_MINB1), rows_i8f4, i8_rows4f<1>(p0, rows, cols, (const u8*)X, ldx, Y, ldy, R))
