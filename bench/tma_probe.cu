@@ -1316,23 +1316,34 @@ struct G8Rows {
     int cols, rbase, nr;
     OJ_DEV const u8* row(int r) const { return X + (size_t)(rbase + r) * ldx; }
 };
-template <class Put, class Put4>
-OJ_DEV void g8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
-    for (int i = threadIdx.x; i < G8_ROWS * 32; i += blockDim.x) {
-        const int r = i >> 5, q = i & 31, part = q >> 4, off = (q & 15) * 16;
-        put(stage + r * G8_ROWB + part * G8_PART + off,
-            r < a.nr ? a.row(r) + (size_t)part * a.cols + sb * 256 + off : nullptr);
+// The rows' pieces of one super-block in a stage, for int8 rows (EB = 1: g8_stage) and gemm_h8's
+// f16 rows (EB = 2: h8_stage): each row's two parts (256 EB bytes each, at EB cols apart in the
+// row, staged 288 EB apart), the first MIN_BYTES of its MIN_SB bytes of the mins' operands per
+// super-block (staged MINB apart), its scale (after the parts: 2 EB cols)
+template <int EB, int MINB, int MIN_SB, int MIN_BYTES, class Put, class Put4>
+OJ_DEV void stage_rows(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
+    constexpr int PART = 288 * EB, ROWB = 2 * PART, PIECES = 16 * EB;  // 16-byte pieces per part
+    for (int i = threadIdx.x; i < G8_ROWS * 2 * PIECES; i += blockDim.x) {
+        const int r = (unsigned)i / (2 * PIECES), q = (unsigned)i % (2 * PIECES), part = q / PIECES,
+                  off = ((unsigned)q % PIECES) * 16;  // (unsigned: shifts and masks, as before)
+        put(stage + r * ROWB + part * PART + off,
+            r < a.nr ? a.row(r) + (size_t)part * EB * a.cols + sb * 256 * EB + off : nullptr);
     }
-    u8* sm_b = stage + G8_ROWS * G8_ROWB;
-    for (int i = threadIdx.x; i < G8_ROWS * 8; i += blockDim.x) {
-        const int r = i >> 3, q = i & 7;
-        put(sm_b + r * G8_MINB + q * 16, r < a.nr ? a.row(r) + a.xm_off + sb * 256 + q * 16 : nullptr);
+    u8* sm_m = stage + G8_ROWS * ROWB;
+    for (int i = threadIdx.x; i < G8_ROWS * (MIN_BYTES / 16); i += blockDim.x) {
+        const int r = (unsigned)i / (MIN_BYTES / 16), q = (unsigned)i % (MIN_BYTES / 16);
+        put(sm_m + r * MINB + q * 16, r < a.nr ? a.row(r) + a.xm_off + sb * MIN_SB + q * 16 : nullptr);
     }
-    float* ss = (float*)(sm_b + G8_ROWS * G8_MINB);
+    float* ss = (float*)(sm_m + G8_ROWS * MINB);
     if (threadIdx.x < G8_ROWS) {
         const int r = threadIdx.x;
-        put4(ss + r, r < a.nr ? (const float*)(a.row(r) + 2 * (size_t)a.cols) + sb : nullptr);
+        put4(ss + r, r < a.nr ? (const float*)(a.row(r) + 2 * EB * (size_t)a.cols) + sb : nullptr);
     }
+}
+template <class Put, class Put4>
+OJ_DEV void g8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
+    static_assert(G8_PART == 288 && G8_ROWB == 2 * G8_PART, "stage_rows<1> lays out G8_STAGE");
+    stage_rows<1, G8_MINB, 256, 128>(a, stage, sb, put, put4);  // columns 0-3 of 8
 }
 
 // the class totals of a warp's m-tile and the CTA's rows into Y
@@ -1471,21 +1482,8 @@ constexpr int H8_STAGE = H8_ROWS * (H8_ROWB + H8_MINB) + 4 * H8_ROWS;
 // super-block sb of the CTA's rows into a stage (rows past R as zeros), as g8_stage
 template <class Put, class Put4>
 OJ_DEV void h8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
-    for (int i = threadIdx.x; i < H8_ROWS * 64; i += blockDim.x) {
-        const int r = i >> 6, q = i & 63, part = q >> 5, off = (q & 31) * 16;
-        put(stage + r * H8_ROWB + part * H8_PART + off,
-            r < a.nr ? a.row(r) + (size_t)part * 2 * a.cols + sb * 512 + off : nullptr);
-    }
-    u8* sm_m = stage + H8_ROWS * H8_ROWB;
-    for (int i = threadIdx.x; i < H8_ROWS * 4; i += blockDim.x) {
-        const int r = i >> 2, q = i & 3;
-        put(sm_m + r * H8_MINB + q * 16, r < a.nr ? a.row(r) + a.xm_off + sb * 64 + q * 16 : nullptr);
-    }
-    float* ss = (float*)(sm_m + H8_ROWS * H8_MINB);
-    if (threadIdx.x < H8_ROWS) {
-        const int r = threadIdx.x;
-        put4(ss + r, r < a.nr ? (const float*)(a.row(r) + 4 * (size_t)a.cols) + sb : nullptr);
-    }
+    static_assert(H8_PART == 2 * 288 && H8_ROWB == 2 * H8_PART && H8_ROWS == G8_ROWS, "stage_rows<2>");
+    stage_rows<2, H8_MINB, 64, 64>(a, stage, sb, put, put4);
 }
 // two bytes of word as f16 values (exact: < 1024), picked into bytes 0 and 2 by PRMT selector
 // sel whose other two nibbles pick zeros (4)
