@@ -948,6 +948,10 @@ PRODUCT_PROBE((32 * MM_NW, MM_MINB1D), rows_i8m_d, i8_rows<2, 2>(p0, rows, cols,
 // (rows_i8m4x2: 168 registers, 3 CTAs per SM) 6.35 ms.
 // MT m-tiles per warp share each B fragment (rows_i8m4x2: 2, half the activation bytes per weight
 // byte; rows_i8m4: 1). b[m][h]: m-tile m's rows gid, gid + 8.
+// s / 16 of super-block sb of activation row `row` of an int8 row buffer (int8_activations)
+OJ_DEV float i8_row_scale(const u8* __restrict__ X, long ldx, int row, int K, int sb) {
+    return ((const float*)(X + row * ldx + 2 * (size_t)K))[sb];
+}
 template <int MT, int NT, bool SPLIT>
 OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, long ldx, int R, int K,
                            int sb, int gid, int t, float (&acc)[MT][NT][2], float (&mh)[MT][NT][2],
@@ -1011,8 +1015,7 @@ OJ_DEV void i8_superblock4(const I8Blk (&b)[MT][2], const u8* __restrict__ X, lo
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         // this lane's activation row 4n + t: its scale, and its rows_i8m fold
-        const float* sx_t = (const float*)(X + min(4 * n + t, R - 1) * ldx + 2 * (size_t)K);
-        const float sxv = sx_t[sb];
+        const float sxv = i8_row_scale(X, ldx, min(4 * n + t, R - 1), K, sb);
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -1164,8 +1167,7 @@ OJ_DEV void i8_superblock4f(const I8Blk (&b)[2], const u8* __restrict__ X, long 
     const int sh = 8 * t;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-        const float* sx_t = (const float*)(X + min(4 * n + t, R - 1) * ldx + 2 * (size_t)K);
-        const float sxv = sx_t[sb];
+        const float sxv = i8_row_scale(X, ldx, min(4 * n + t, R - 1), K, sb);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float d = h2f((u16)(b[r].hdr.x & 0xFFFFu));
