@@ -1233,7 +1233,7 @@ PRODUCT_PROBE((32 * MM_NW, 2), rows_i8f20, i8_rows4f<5>(p0, rows, cols, (const u
 // take 278 ms against the engine gemm's 127 (no load pipeline yet, two barriers per super-block).
 constexpr int G8_ROWS = 32;   // activation rows per CTA
 constexpr int G8_PART = 288;  // bytes per part (hi, lo) of a staged row: 256 + 32 of padding,
-constexpr int G8_ROWB = 576;  // so the 16 lanes of a half-warp's B loads fall on distinct banks
+constexpr int G8_ROWB = 2 * G8_PART;  // so the 16 lanes of a half-warp's B loads fall on distinct banks
 constexpr int G8_MINB = 192;  // bytes per staged row of the mins' fragments (128 + 64 padding)
 // one stage: the rows' hi | lo, their mins' fragments, their scales
 constexpr int G8_STAGE = G8_ROWS * (G8_ROWB + G8_MINB) + 4 * G8_ROWS;
@@ -1320,11 +1320,11 @@ struct G8Rows {
 };
 // The rows' pieces of one super-block in a stage, for int8 rows (EB = 1: g8_stage) and gemm_h8's
 // f16 rows (EB = 2: h8_stage): each row's two parts (256 EB bytes each, at EB cols apart in the
-// row, staged 288 EB apart), the first MIN_BYTES of its MIN_SB bytes of the mins' operands per
+// row, staged G8_PART EB apart), the first MIN_BYTES of its MIN_SB bytes of the mins' operands per
 // super-block (staged MINB apart), its scale (after the parts: 2 EB cols)
 template <int EB, int MINB, int MIN_SB, int MIN_BYTES, class Put, class Put4>
 OJ_DEV void stage_rows(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
-    constexpr int PART = 288 * EB, ROWB = 2 * PART, PIECES = 16 * EB;  // 16-byte pieces per part
+    constexpr int PART = G8_PART * EB, ROWB = 2 * PART, PIECES = 16 * EB;  // 16-byte pieces per part
     for (int i = threadIdx.x; i < G8_ROWS * 2 * PIECES; i += blockDim.x) {
         const int r = (unsigned)i / (2 * PIECES), q = (unsigned)i % (2 * PIECES), part = q / PIECES,
                   off = ((unsigned)q % PIECES) * 16;  // (unsigned: shifts and masks, as before)
@@ -1344,7 +1344,6 @@ OJ_DEV void stage_rows(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
 }
 template <class Put, class Put4>
 OJ_DEV void g8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
-    static_assert(G8_PART == 288 && G8_ROWB == 2 * G8_PART, "stage_rows<1> lays out G8_STAGE");
     stage_rows<1, G8_MINB, 256, 128>(a, stage, sb, put, put4);  // columns 0-3 of 8
 }
 
@@ -1475,16 +1474,16 @@ OJ_DEV void g8_superblock_split(const I8Blk (&b)[2], const u8* stage, int gid, i
 // f16 mins' sums [K / 256][part: XH, XL][b, a][8 sub-blocks].
 // mma k order: lane t's A and B hold elements 8t + (0, 2 | 1, 3) of a sub-block in its first k16
 // step and 8t + (4, 6 | 5, 7) in its second; the sums are exact, so any order gives the same.
-constexpr int H8_ROWS = 32;                    // activation rows per CTA
-constexpr int H8_PART = 576;                   // bytes per staged part (hi, lo) of a row: 512 +
-constexpr int H8_ROWB = 2 * H8_PART;           // 64 of padding, so lanes 4-7 leave lanes 0-3's banks
-constexpr int H8_MINB = 80;                    // bytes per staged row of the mins' sums: 64 + 16
-constexpr int H8_STAGE = H8_ROWS * (H8_ROWB + H8_MINB) + 4 * H8_ROWS;
+// Staged as gemm_i8p's rows (G8_ROWS of them) with elements of two bytes: a part of a row takes
+// 2 G8_PART bytes (512 + 64 of padding, so lanes 4-7 leave lanes 0-3's banks)
+constexpr int H8_PART = 2 * G8_PART;
+constexpr int H8_ROWB = 2 * H8_PART;
+constexpr int H8_MINB = 80;  // bytes per staged row of the mins' sums: 64 + 16
+constexpr int H8_STAGE = G8_ROWS * (H8_ROWB + H8_MINB) + 4 * G8_ROWS;
 
 // super-block sb of the CTA's rows into a stage (rows past R as zeros), as g8_stage
 template <class Put, class Put4>
 OJ_DEV void h8_stage(const G8Rows& a, u8* stage, int sb, Put put, Put4 put4) {
-    static_assert(H8_PART == 2 * 288 && H8_ROWB == 2 * H8_PART && H8_ROWS == G8_ROWS, "stage_rows<2>");
     stage_rows<2, H8_MINB, 64, 64>(a, stage, sb, put, put4);
 }
 // two bytes of word as f16 values (exact: < 1024), picked into bytes 0 and 2 by PRMT selector
@@ -1532,8 +1531,8 @@ OJ_DEV void h8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, 
         }
     }
     // g8_fold's folds on the same values: T = 16 x the exact sums (one rounding of the total)
-    const u8* sm_m = stage + H8_ROWS * H8_ROWB;
-    const float* ssx = (const float*)(sm_m + H8_ROWS * H8_MINB);
+    const u8* sm_m = stage + G8_ROWS * H8_ROWB;
+    const float* ssx = (const float*)(sm_m + G8_ROWS * H8_MINB);
     float dd[2], dm[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

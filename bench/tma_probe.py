@@ -229,6 +229,30 @@ def h8_activations(row: Any, k: int) -> Any:
     )
 
 
+# the kernels that read int8_rows (their activation rows as integers), and those of them whose
+# every row must be rows_i8m's bits (check)
+INT8_KERNELS = ("rows_i8", "gemm_i8", "gemm_h8")
+ROWS_I8M_BITS = ("rows_i8m4", "rows_i8m8", "rows_i8m12", "rows_i8f", "rows_i8m_d", "gemm_i8", "gemm_h8")  # fmt: skip
+
+
+def int8_form_name(kernel: str) -> str:
+    """Which form of the activation rows an INT8_KERNELS kernel reads (int8_rows)."""
+    return "h8" if kernel == "gemm_h8" else "fragments" if kernel.startswith("rows_i8f") else "rows"
+
+
+def int8_rows(form: str, x: Any) -> tuple[Any, int]:
+    """f32 rows x [R][K] as one buffer of the form's rows and the bytes of one row: `rows`, each
+    row's int8_activations one after another; `fragments`, the same followed by their
+    int8_fragments block (rows_i8f*); `h8`, each row's h8_activations (gemm_h8)."""
+    import cupy as cp
+
+    rows = [int8_activations(row) for row in x]
+    if form == "h8":
+        rows = [h8_activations(row, x.shape[1]) for row in rows]
+    tail = [int8_fragments(rows, x.shape[1])] if form == "fragments" else []
+    return cp.concatenate([*rows, *tail]), rows[0].size
+
+
 # dynamic shared memory for the engine-shaped kernels ("rows*"): unused, it holds every kernel at
 # 4 CTAs per SM (228 KiB per SM), where the ablations' fewer registers would allow 5
 ROWS_SMEM = 46 * 1024
@@ -263,12 +287,8 @@ class Probe:
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
         self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
-        # id(x) -> (x, its rows' int8 forms one after another, the bytes of one)
-        self.int8_rows: dict[int, tuple[Any, Any, int]] = {}
-        # id(x) -> (x, those rows followed by their fragment block: rows_i8f*)
-        self.int8_frags: dict[int, tuple[Any, Any]] = {}
-        # id(x) -> (x, its rows' gemm_h8 forms one after another, the bytes of one)
-        self.h8_rows: dict[int, tuple[Any, Any, int]] = {}
+        # (int8_form_name, id(x)) -> (x, int8_rows of that form: the buffer, a row's bytes)
+        self.int8_rows: dict[tuple[str, int], tuple[Any, Any, int]] = {}
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Each kernel's registers per thread and static shared memory (whether two launches'
@@ -304,8 +324,6 @@ class Probe:
         """W xh into y[:R] with `kernel`: one CTA per tile (per_sm 0), per_sm CTAs per SM, or
         `ctas` CTAs when given; x: the f32 rows of xh (the int8 kernels read their own form of
         them, made once per x)."""
-        import cupy as cp
-
         if kernel in CHOSEN:
             kernel = CHOSEN[kernel](-(-w.rows // 16), self.sms)
         tiles = -(-w.rows // (32 if kernel.endswith("x2") else 16))  # x2: two m-tiles per warp
@@ -319,31 +337,12 @@ class Probe:
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
             xh, ldx = self.counters, i32(pair)
-        if kernel.startswith(
-            ("rows_i8", "gemm_i8", "gemm_h8")
-        ):  # rows as int8_activations has them
-            if id(x) not in self.int8_rows:
-                parts = [int8_activations(row) for row in x]
-                self.int8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
-            _, xh, size = self.int8_rows[id(x)]
+        if kernel.startswith(INT8_KERNELS):  # their own forms of x's rows, made once per x
+            form = int8_form_name(kernel)
+            if (form, id(x)) not in self.int8_rows:
+                self.int8_rows[form, id(x)] = (x, *int8_rows(form, x))
+            _, xh, size = self.int8_rows[form, id(x)]
             ldx = i32(size)
-            if kernel.startswith("rows_i8f"):  # the fragment block after the R row buffers
-                if id(x) not in self.int8_frags:
-                    parts = [xh[r * size : (r + 1) * size] for r in range(x.shape[0])]
-                    self.int8_frags[id(x)] = (
-                        x,
-                        cp.concatenate([xh, int8_fragments(parts, x.shape[1])]),
-                    )
-                xh = self.int8_frags[id(x)][1]
-            if kernel == "gemm_h8":  # its own form of the same integers (h8_activations)
-                if id(x) not in self.h8_rows:
-                    parts = [
-                        h8_activations(xh[r * size : (r + 1) * size], x.shape[1])
-                        for r in range(x.shape[0])
-                    ]
-                    self.h8_rows[id(x)] = (x, cp.concatenate(parts), parts[0].size)
-                _, xh, size = self.h8_rows[id(x)]
-                ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
         if kernel.startswith("gemm"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
             smem = 2 * PIPELINED.get(kernel, 0)  # two stages (__init__)
@@ -378,21 +377,9 @@ def check(probe: Probe) -> dict[str, float]:
                 probe.product(kernel, per_sm, w, xh, got, R, ctas, x)
                 bad = float(cp.nan_to_num(cp.abs(got - want), nan=np.inf).max())
                 key = f"{kernel}_7ctas" if ctas else variant_name(kernel, per_sm)
-                if kernel.startswith(
-                    ("rows_i8", "gemm_i8", "gemm_h8")
-                ):  # other roundings: relative to the largest
+                if kernel.startswith(INT8_KERNELS):  # other roundings: relative to the largest
                     bad, key = bad / float(cp.abs(want).max()), f"{key}_relative"
-                if kernel.startswith(
-                    (
-                        "rows_i8m4",
-                        "rows_i8m8",
-                        "rows_i8m12",
-                        "rows_i8f",
-                        "rows_i8m_d",
-                        "gemm_i8",
-                        "gemm_h8",
-                    )
-                ):  # rows_i8m's bits
+                if kernel.startswith(ROWS_I8M_BITS):  # rows_i8m's bits
                     for r in sorted({0, 1, 2, 3, 31, 32, 33, R - 1} & set(range(R))):
                         one = cp.full((1, rows), np.nan, cp.float32)
                         probe.product("rows_i8m", 0, w, xh, one, 1, 0, x[r : r + 1])

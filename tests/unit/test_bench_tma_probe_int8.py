@@ -78,3 +78,25 @@ def test_h8_rows_hold_the_same_integers_in_the_lanes_k_order(monkeypatch: pytest
             np.testing.assert_array_equal(mins[:, part, ab, 4:], column[:, :, 1])
     sums = row[: 2 * k].reshape(2, nsb, 8, 32).astype(np.int32).sum(axis=3)
     np.testing.assert_array_equal(64 * mins[:, :, 1] + mins[:, :, 0], sums.transpose(1, 0, 2))
+
+
+def test_each_kernel_reads_its_form_of_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """int8_rows: the rows' int8_activations back to back; rows_i8f* the same followed by their
+    fragment block; gemm_h8 each row's h8_activations."""
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    x = np.random.default_rng(9).standard_normal((6, 512)).astype(np.float32)
+    rows = [tma_probe.int8_activations(r) for r in x]
+    forms = {k: tma_probe.int8_rows(tma_probe.int8_form_name(k), x) for k in ("rows_i8m8", "rows_i8f8", "gemm_h8")}  # fmt: skip
+    plain, size = forms["rows_i8m8"]
+    np.testing.assert_array_equal(plain, np.concatenate(rows))
+    assert size == rows[0].size
+    fragments, frag_size = forms["rows_i8f8"]
+    np.testing.assert_array_equal(
+        fragments, np.concatenate([*rows, tma_probe.int8_fragments(rows, 512)])
+    )
+    assert frag_size == size
+    h8, h8_size = forms["gemm_h8"]
+    np.testing.assert_array_equal(
+        h8, np.concatenate([tma_probe.h8_activations(r, 512) for r in rows])
+    )
+    assert h8_size == h8.size // len(rows)
