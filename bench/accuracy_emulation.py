@@ -160,10 +160,9 @@ def int_planes(x: np.ndarray, planes: int, block: int = 32) -> np.ndarray:
 
 
 def _bf16(values: np.ndarray) -> np.ndarray:
-    """f32 values rounded to the nearest bf16 (ties to even), as f32."""
-    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return rounded.view(np.float32)
+    """f32 values rounded to the nearest bf16 (ties to even, as the GGUF writer rounds), as f32."""
+    bits = quants._to_bf16(np.ascontiguousarray(values, np.float32))
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def state_rounded_per_row(rounding: Callable[[np.ndarray], np.ndarray]) -> Any:
