@@ -32,17 +32,30 @@ from engine.cuda import kernels, weights  # noqa: E402
 from engine.synthetic_plan import PRESETS, tensor_specs, tensor_type  # noqa: E402
 
 
-def time_graph(launch: Callable[[], None], reps: int = 20, warmup: int = 3) -> float:
-    """Median seconds of one replay of a CUDA graph holding what `launch` enqueues."""
+def capture_graph(launch: Callable[[], None]) -> tuple[Any, Any]:
+    """A CUDA graph of what `launch` enqueues, and the stream it was captured on (`launch` runs once
+    before the capture, so its kernels are compiled and loaded outside it)."""
     import cupy as cp
 
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
-        launch()  # compile / load outside the capture
+        launch()
         stream.synchronize()
         stream.begin_capture()
         launch()
         graph = stream.end_capture()
+    return graph, stream
+
+
+def time_graph(launch: Callable[[], None], reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of one replay of a CUDA graph holding what `launch` enqueues."""
+    return time_replays(*capture_graph(launch), reps=reps, warmup=warmup)
+
+
+def time_replays(graph: Any, stream: Any, reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of one replay of `graph` on `stream`."""
+    import cupy as cp
+
     for _ in range(warmup):
         graph.launch(stream)
     times = []

@@ -8,9 +8,9 @@ one adds to the step.
     python3 bench/step_timeline.py --report OUT/step_0.json                  # anywhere
 
 The first form builds the random 27B model and CudaBackend as bench/decode.py does. It captures
-each step of --steps as one CUDA graph, replays it untraced (decode.py's time_graph, so the
-trace's span can be checked against it), then replays it REPLAYS times under the profiler and
-writes the Chrome trace. The second form, also run at the end of the first, reads a trace.
+each step of --steps as one CUDA graph, replays it untraced (decode.py's time_replays, so the
+trace's span can be checked against it), then replays the same graph REPLAYS times under the
+profiler and writes the Chrome trace. The second form, also run at the end of the first, reads a trace.
 Each replay is cut at its embedding kernel (step_kernels.split_steps), and for every kernel
 it takes:
   - added: its end less the latest end before it, which is what it adds to the step (the added
@@ -103,12 +103,11 @@ def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
     from bench.common import manifest, require_gpu
 
     require_gpu("bench/step_timeline.py")
-    import cupy as cp
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from bench.decode import step_layout, time_graph
+    from bench.decode import capture_graph, step_layout, time_replays
     from engine.cuda.backend import CudaBackend
     from engine.cuda.model import random_model
 
@@ -121,15 +120,8 @@ def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
         def launch(lay: Any = lay) -> None:
             backend.fwd.step_launches(lay)
 
-        untraced = time_graph(launch) * 1e6
-        stream = cp.cuda.Stream(non_blocking=True)
-        with stream:  # (time_graph ran the step: its kernels are built and loaded)
-            stream.begin_capture()
-            launch()
-            graph = stream.end_capture()
-        for _ in range(3):
-            graph.launch(stream)
-        stream.synchronize()
+        graph, stream = capture_graph(launch)
+        untraced = time_replays(graph, stream) * 1e6  # (its warm-up replays come first)
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(REPLAYS):
                 graph.launch(stream)
