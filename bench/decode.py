@@ -70,6 +70,15 @@ def time_replays(graph: Any, stream: Any, reps: int = 20, warmup: int = 3) -> fl
     return times[len(times) // 2]
 
 
+def bench_backend(model: Any = None) -> Any:
+    """The benchmarks' CudaBackend: 8 slots, a 131,072-token KV pool, up to 512 rows a step, on
+    `model` (default: the random 27B in the Q4_K_M mix)."""
+    from engine.cuda.backend import CudaBackend
+    from engine.cuda.model import random_model
+
+    return CudaBackend(model if model is not None else random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)  # fmt: skip
+
+
 def copy_bandwidth(nbytes: int = 4 << 30) -> float:
     """Bytes read + written per second by a device-to-device copy (the read-bandwidth ceiling)."""
     import cupy as cp
@@ -689,7 +698,6 @@ def main() -> int:
         flush=True,
     )
     if args.step:
-        from engine.cuda.backend import CudaBackend
         from engine.cuda.model import random_model
 
         model = random_model("27b")
@@ -705,7 +713,7 @@ def main() -> int:
         if args.variants:
             info["variants"] = matmul_variants(model, [33, 64, 128, 256, 512], floor, VARIANTS)
             return save(info, args.json)
-        backend = CudaBackend(model, n_slots=8, kv_tokens=131072, max_rows=512)
+        backend = bench_backend(model)
         if args.products:
             info["products"] = product_classes(model, [1, 4, 12])
         if args.deltanet:  # the sweep alone, then stop

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import manifest, require_gpu  # noqa: E402
-from bench.decode import prefill_prompt, save, time_rows  # noqa: E402
+from bench.decode import bench_backend, prefill_prompt, save, time_rows  # noqa: E402
 
 
 def timed_methods(obj: Any, names: list[str], totals: dict[str, float]) -> Callable[[], None]:
@@ -125,10 +125,8 @@ def main() -> int:
     require_gpu("bench/step_host.py")
     info: dict[str, Any] = {"manifest": manifest()}
     print(json.dumps(info["manifest"]), flush=True)
-    from engine.cuda.backend import CudaBackend
-    from engine.cuda.model import random_model
 
-    backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
+    backend = bench_backend()
     for slots in (int(s) for s in args.slots.split(",")):
         for idle in (int(n) for n in args.idle.split(",")):
             row = decode_steps(backend, slots, args.steps, args.context, idle)

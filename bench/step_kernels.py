@@ -107,15 +107,13 @@ def profile(steps: list[list[int]], context: int, config: str = "default") -> in
     require_gpu("bench/step_kernels.py")
     import cupy as cp
 
-    from bench.decode import step_layout
+    from bench.decode import bench_backend, step_layout
     from bench.product_kernels import matmul_config
     from engine.cuda import build
-    from engine.cuda.backend import CudaBackend
-    from engine.cuda.model import random_model
 
     build.MATMUL_CONFIG = matmul_config(config)
     print(json.dumps({**manifest(), "matmul_config": config}), flush=True)
-    backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
+    backend = bench_backend()
     for per_slot in steps:
         lay = step_layout(backend, per_slot, context, max(per_slot))
         for _ in range(3):  # compile, load and warm every kernel of the step

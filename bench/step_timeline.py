@@ -107,13 +107,11 @@ def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from bench.decode import capture_graph, step_layout, time_replays
-    from engine.cuda.backend import CudaBackend
-    from engine.cuda.model import random_model
+    from bench.decode import bench_backend, capture_graph, step_layout, time_replays
 
     print(json.dumps({**manifest(), "torch": torch.__version__}), flush=True)
     trace_dir.mkdir(parents=True, exist_ok=True)
-    backend = CudaBackend(random_model("27b"), n_slots=8, kv_tokens=131072, max_rows=512)
+    backend = bench_backend()
     for i, per_slot in enumerate(steps):
         lay = step_layout(backend, per_slot, context, max(per_slot))
 
