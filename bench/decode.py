@@ -755,6 +755,16 @@ def main() -> int:
                 f"decode step rows={r['rows']:3d} ({r['slots']} slots), llama-server's default sampling: {r['ms']:8.3f} ms (greedy {greedy:.3f})",
                 flush=True,
             )
+        # four agents, each its next token and 0-4 drafts: the product's own case (up to four
+        # agents, 2-4 drafts each); the table above spreads its rows over the most slots
+        info["decode_four_agents"] = [
+            {"rows": 4 * per, "slots": 4, "ms": time_rows(backend, [per] * 4, args.context, per)}
+            for per in range(1, 6)
+        ]
+        one_row = next((g["ms"] for g in table if g["rows"] == 1), None)
+        for r in info["decode_four_agents"]:
+            versus = f"  {r['ms'] / one_row:5.2f}x one row" if one_row else ""
+            print(f"decode step rows={r['rows']:3d} (4 agents x {r['rows'] // 4} rows): {r['ms']:8.3f} ms{versus}", flush=True)  # fmt: skip
         if args.decode_only:
             return save(info, args.json)
         for key, timed in (
