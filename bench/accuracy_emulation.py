@@ -16,7 +16,9 @@ with the backend's roundings put in, one source or several:
   slo = max|x| / (127 * 254), the weights exact (their codes times the planes sum exactly in
   int32; scales apply in f32); `int8`: one plane, x ~= s * h (llama.cpp's q8_1 way); `int256`:
   `int`'s two planes with one scale per 256-element super-block, as the one-row integer kernels
-  of bench/tma_probe.cu (`rows_i8m`, v35g) take them;
+  of bench/tma_probe.cu (`rows_i8m`, v35g) take them; `int10`: one plane of integers up to 511
+  per 32 elements (exact as f16 mma operands, and 32 codes times their 6-bit scales times such a
+  plane sum below 2^24: one f16 mma chain per sub-block instead of `int`'s two planes, v47);
 - `state16` / `statebf16`: the DeltaNet recurrent state rounded to f16 / bf16 after every row,
   as a kernel would have to round it to keep a token's bits independent of how its prompt was
   chunked (bench/NOTES.md v45: the state's traffic is most of DeltaNet's cost at many slots).
@@ -58,10 +60,16 @@ from engine.reference import ReferenceModel
 from tests.support import accuracy_cases as cases
 
 REPORT_AFTER = (4, 10, 20)
-SOURCES = ("kv", "f16", "gpu", "int", "int8", "int256", "state16", "statebf16")
-PRODUCT_SOURCES = {"f16", "gpu", "int", "int8", "int256"}  # at most one: each replaces the products
-# the integer sources: (int8 planes, elements per scale)
-INT_SOURCES = {"int": (2, 32), "int8": (1, 32), "int256": (2, 256)}
+SOURCES = ("kv", "f16", "gpu", "int", "int8", "int10", "int256", "state16", "statebf16")
+# at most one: each replaces the products
+PRODUCT_SOURCES = {"f16", "gpu", "int", "int8", "int10", "int256"}
+# the integer sources: (planes, elements per scale, largest magnitude of the first plane)
+INT_SOURCES = {
+    "int": (2, 32, 127),
+    "int8": (1, 32, 127),
+    "int10": (1, 32, 511),
+    "int256": (2, 256, 127),
+}
 
 
 def q8_0_round_trip(values: np.ndarray) -> np.ndarray:
@@ -146,12 +154,13 @@ def f16_activations() -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return linear
 
 
-def int_planes(x: np.ndarray, planes: int, block: int = 32) -> np.ndarray:
-    """x with each `block`-element block along the last axis rounded as `planes` int8 planes say."""
+def int_planes(x: np.ndarray, planes: int, block: int = 32, top: int = 127) -> np.ndarray:
+    """x with each `block`-element block along the last axis rounded as `planes` integer planes
+    say: the first of magnitude up to `top`, the second (int8) of what the first left over."""
     blocks = np.asarray(x, np.float64).reshape(*x.shape[:-1], x.shape[-1] // block, block)
-    s = np.abs(blocks).max(-1, keepdims=True) / 127.0
+    s = np.abs(blocks).max(-1, keepdims=True) / float(top)
     s = np.where(s == 0, 1.0, s)
-    h = np.clip(np.round(blocks / s), -127, 127)
+    h = np.clip(np.round(blocks / s), -top, top)
     if planes == 1:
         return (s * h).reshape(x.shape).astype(np.float32)
     slo = s / 254.0
@@ -203,12 +212,12 @@ def quantized_weights_recorded() -> Iterator[set[int]]:
         yield ids
 
 
-def int_activations(quantized: set[int], planes: int, block: int = 32) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
-    """reference_ops.linear with the activations of quantized weights' products as int8 planes."""
+def int_activations(quantized: set[int], planes: int, block: int = 32, top: int = 127) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
+    """reference_ops.linear with the activations of quantized weights' products as integer planes."""
 
     def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         if id(weight) in quantized:
-            x = int_planes(x, planes, block)
+            x = int_planes(x, planes, block, top)
         return reference_ops.linear(x, weight)
 
     return linear

@@ -66,6 +66,17 @@ def test_int_planes_keep_about_16_bits_and_one_plane_8() -> None:
     assert np.array_equal(emu.int_planes(np.zeros((1, 32), np.float32), 2), np.zeros((1, 32)))
 
 
+def test_one_plane_up_to_511_is_integers_a_quarter_of_int8s_step() -> None:
+    """`int10`: one plane of integers up to 511 per 32 elements, exact in f16 (x / s whole)."""
+    x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    top = np.abs(x).reshape(3, 2, 32).max(axis=2, keepdims=True)
+    got = emu.int_planes(x, 1, 32, 511).reshape(3, 2, 32)
+    codes = got / (top / 511)
+    assert np.allclose(codes, np.round(codes), atol=1e-3) and np.abs(codes).max() <= 511 + 1e-3
+    assert (np.abs(got - x.reshape(3, 2, 32)) <= top / 511 * 0.51 + 1e-9).all()
+    assert emu.INT_SOURCES["int10"] == (1, 32, 511)
+
+
 def test_int_activations_round_only_the_quantized_weights_inputs() -> None:
     rng = np.random.default_rng(3)
     raw = quants.quantize(rng.standard_normal(256 * 4).astype(np.float32), quants.Q4_K)
@@ -94,7 +105,7 @@ def test_int_planes_in_super_blocks_scale_by_the_super_blocks_largest() -> None:
     err = np.abs(got - x.reshape(2, 2, 256))
     assert (err <= top / (127 * 254) * 0.51 + 1e-9).all()
     assert err[0, 0].max() > err[0, 1].max()  # the coarser scale rounds coarser
-    assert emu.INT_SOURCES["int256"] == (2, 256)
+    assert emu.INT_SOURCES["int256"] == (2, 256, 127)
 
 
 def test_bf16_rounds_to_the_nearest_with_ties_to_even() -> None:
