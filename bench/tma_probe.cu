@@ -1238,6 +1238,15 @@ constexpr int G8_MINB = 192;  // bytes per staged row of the mins' fragments (12
 // one stage: the rows' hi | lo, their mins' fragments, their scales
 constexpr int G8_STAGE = G8_ROWS * (G8_ROWB + G8_MINB) + 4 * G8_ROWS;
 
+// d and dmin (f16 in the header's first word) of the two blocks of a warp's rows gid, gid + 8
+OJ_DEV void i8_d_dmin(const I8Blk (&b)[2], float (&dd)[2], float (&dm)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
+        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
+    }
+}
+
 // A super-block's float folds (rows_i8m's): T, 16 x the exact sums of each n-tile's rows gid,
 // gid + 8 against its activation rows' hi and lo; then the mins' term as one more mma per part.
 OJ_DEV void g8_fold(const I8Blk (&b)[2], const u32 (&mm)[2][2], const u8* stage, int gid, int t,
@@ -1246,11 +1255,7 @@ OJ_DEV void g8_fold(const I8Blk (&b)[2], const u32 (&mm)[2][2], const u8* stage,
     const float* ss = (const float*)(sm_b + G8_ROWS * G8_MINB);
     const int sh = 8 * t;
     float dd[2], dm[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
-        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
-    }
+    i8_d_dmin(b, dd, dm);
     const u8* bm = sm_b + (gid >> 1) * G8_MINB + (gid & 1) * 32 + 8 * t;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -1534,11 +1539,7 @@ OJ_DEV void h8_superblock(const I8Blk (&b)[2], const u8* stage, int gid, int t, 
     const u8* sm_m = stage + G8_ROWS * H8_ROWB;
     const float* ssx = (const float*)(sm_m + G8_ROWS * H8_MINB);
     float dd[2], dm[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        dd[r] = h2f((u16)(b[r].hdr.x & 0xFFFFu));
-        dm[r] = h2f((u16)(b[r].hdr.x >> 16));
-    }
+    i8_d_dmin(b, dd, dm);
     // the mins as A: (m_2t, m_2t+1) of rows gid, gid + 8 (bytes 2 (t & 1), + 1 of their word);
     // k 8-15 zero
     const u32 msel = (t & 1) ? 0x4342u : 0x4140u;
@@ -1580,8 +1581,9 @@ OJ_DEV void g8_pipelined(const u8* p0, int rows, int cols, const void* Xv, int l
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
     const int row0 = blockIdx.y * 128 + 16 * warp, rbase = blockIdx.x * G8_ROWS, nsb = cols >> 8;
-    const long xm_off = KIND == 2 ? 4 * (long)cols + 16 * ((nsb + 3) / 4)
-                                  : 2 * (long)cols + 16 * ((nsb + 3) / 4) + 4 * (cols >> 5);
+    // the mins' operands after the parts (EB cols each) and the scales' 16 * ceil(nsb / 4) bytes
+    const long sx_bytes = 16 * ((nsb + 3) / 4);
+    const long xm_off = KIND == 2 ? 4 * (long)cols + sx_bytes : 2 * (long)cols + sx_bytes + 4 * (cols >> 5);
     const G8Rows a = {(const u8*)Xv, ldx, xm_off, cols, rbase, min(G8_ROWS, R - rbase)};
     // item i: class w, its k-th super-block; items run class by class as gemm_i8's loops
     auto item_sb = [&](int i, int& w) {
