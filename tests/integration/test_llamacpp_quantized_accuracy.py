@@ -36,7 +36,15 @@ SERVER_ARGS = [
     *["-fa", "off", "-ctk", "f32", "-ctv", "f32"],
     *["-c", "4096", "-np", "1", "-t", "1", "--no-warmup"],
 ]
-TOP1_TOLERANCE = 0.005  # half a point of top-1
+# llama-server is built with -march=native, so its summation order follows the CPU's vector
+# units. Its 8-bit activations leave many near ties on these random models, and a build on
+# another CPU flips some of them. The figures stored on 2026-11-29 came from another machine's
+# build. A build on an AVX-512 Xeon without BF16 (2026-12-07) measured 1.04 and 0.83 points of
+# top-1 away from them on q4_k_m and mixed (5 and 4 of 480 positions), and 0.4-2.2 % away in
+# mean KL. Two points of top-1 hold such flips. A changed quantization in llama.cpp would move
+# the KL by far more than 10 %. The GPU test's bar lies 4-11 points of top-1 and over 200x in
+# mean KL from the engine's figures, so this width cannot change the GPU test's outcome.
+TOP1_TOLERANCE = 0.02  # two points of top-1
 KL_TOLERANCE = 0.10  # relative
 UPDATE = os.environ.get("OPENJET_UPDATE_ACCURACY") == "1"
 
