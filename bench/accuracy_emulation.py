@@ -61,8 +61,6 @@ from tests.support import accuracy_cases as cases
 
 REPORT_AFTER = (4, 10, 20)
 SOURCES = ("kv", "f16", "gpu", "int", "int8", "int10", "int256", "state16", "statebf16")
-# at most one: each replaces the products
-PRODUCT_SOURCES = {"f16", "gpu", "int", "int8", "int10", "int256"}
 # the integer sources: (planes, elements per scale, largest magnitude of the first plane)
 INT_SOURCES = {
     "int": (2, 32, 127),
@@ -70,6 +68,7 @@ INT_SOURCES = {
     "int10": (1, 32, 511),
     "int256": (2, 256, 127),
 }
+PRODUCT_SOURCES = {"f16", "gpu", *INT_SOURCES}  # at most one: each replaces the products
 
 
 def q8_0_round_trip(values: np.ndarray) -> np.ndarray:

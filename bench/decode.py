@@ -541,12 +541,15 @@ def dims_sweep(backend: Any, settings: list[str]) -> list[dict[str, Any]]:
             classes = op_classes(backend)  # this setting's Ops
             attention = _launchers_but(classes, "attention prep+core")
             deltanet = _launchers_but(classes, "deltanet conv+recurrence")
-            timed = {name: functools.partial(time_rows, backend, *cases[name]) for name in cases}
+            timed = {
+                name: functools.partial(time_rows, backend, *cases[name])
+                for name in ("1row_512", "4slots_512", "8slots_512", "6x2rows_512")
+            }
             for name in ("1row_512", "4slots_512"):
                 row[f"attention_alone_{name}"] = _timed_without(timed[name], attention)
                 row[f"prep_alone_{name}"] = _timed_without(timed[name], [*attention, (backend.fwd.ops, "attention")])  # fmt: skip
-            for name in ("1row_512", "4slots_512", "8slots_512", "6x2rows_512"):
-                row[f"deltanet_alone_{name}"] = _timed_without(timed[name], deltanet)
+            for name, step in timed.items():
+                row[f"deltanet_alone_{name}"] = _timed_without(step, deltanet)
         out.append(row)
         print("dims", json.dumps({k: v if isinstance(v, str) else round(v, 4) for k, v in row.items()}), flush=True)  # fmt: skip
     return out
