@@ -245,8 +245,9 @@ if [ "$MODE" = kernels ]; then  # every kernel of whole decode steps, each timed
 fi
 if [ "$MODE" = timeline ]; then  # the step's kernels as a graph replay runs them (~2 min)
   # STEPS: the slots' rows per step, steps split by ';' (bench/step_timeline.py --steps)
+  # CONFIG: the products' MatmulConfig (FIELD=INT+..., as kernels)
   timeout "${BENCH_S:-300}" python3 bench/step_timeline.py --steps "${STEPS:-1;1,1,1,1;2,2,2,2,2,2}" \
-    --trace-dir "$OUT/timeline" 2>&1 | tee "$OUT/timeline.log" | grep -v "^\[" | head -150
+    --config "${CONFIG:-default}" --trace-dir "$OUT/timeline" 2>&1 | tee "$OUT/timeline.log" | grep -v "^\[" | head -150
 fi
 if [ "$MODE" = dims ]; then  # op-kernel variants as whole steps, then their bit tests (~8 min)
   # DIMS=none: the tests alone

@@ -99,7 +99,7 @@ def report(path: Path) -> dict[str, Any]:
     return summary
 
 
-def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
+def profile(steps: list[list[int]], context: int, trace_dir: Path, config: str = "default") -> int:
     from bench.common import manifest, require_gpu
 
     require_gpu("bench/step_timeline.py")
@@ -108,8 +108,13 @@ def profile(steps: list[list[int]], context: int, trace_dir: Path) -> int:
     from torch.profiler import profile as torch_profile
 
     from bench.decode import bench_backend, capture_graph, step_layout, time_replays
+    from bench.product_kernels import matmul_config
+    from engine.cuda import build
 
-    print(json.dumps({**manifest(), "torch": torch.__version__}), flush=True)
+    build.MATMUL_CONFIG = matmul_config(config)
+    print(
+        json.dumps({**manifest(), "torch": torch.__version__, "matmul_config": config}), flush=True
+    )
     trace_dir.mkdir(parents=True, exist_ok=True)
     backend = bench_backend()
     for i, per_slot in enumerate(steps):
@@ -136,12 +141,17 @@ def main() -> int:
     parser.add_argument("--steps", default="1;2,2,2,2,2,2", help="slots' rows per step")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--trace-dir", type=Path, default=Path("step_timeline"))
+    parser.add_argument(
+        "--config",
+        default="default",
+        help='the products\' MatmulConfig: "default" or FIELD=INT+...',
+    )
     parser.add_argument("--report", type=Path, help="a trace to summarize (no GPU needed)")
     args = parser.parse_args()
     if args.report:
         report(args.report)
         return 0
-    return profile(parse_steps(args.steps), args.context, args.trace_dir)
+    return profile(parse_steps(args.steps), args.context, args.trace_dir, args.config)
 
 
 if __name__ == "__main__":
