@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import ncu_raw_rows  # noqa: E402
+from bench.product_kernels import add_config_argument  # noqa: E402
 
 K = TypeVar("K", bound=tuple[Any, ...])  # a kernel record: (name, ...)
 FIRST_KERNEL = "embed_rows"  # engine/cuda/kernels.embed: the first launch of every step
@@ -131,11 +132,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", default="1;1,1,1,1;2,2,2,2,2,2", help="slots' rows per step")
     parser.add_argument("--context", type=int, default=512)
-    parser.add_argument(
-        "--config",
-        default="default",
-        help='the products\' MatmulConfig: "default" or FIELD=INT+...',
-    )
+    add_config_argument(parser)
     parser.add_argument("--report", type=Path, help="ncu CSV to summarize (no GPU needed)")
     args = parser.parse_args()
     if args.report:

@@ -7,7 +7,8 @@ one adds to the step.
     python3 bench/step_timeline.py --steps "1;2,2,2,2,2,2" --trace-dir OUT   # on the device
     python3 bench/step_timeline.py --report OUT/step_0.json                  # anywhere
 
-The first form builds the random 27B model and CudaBackend as bench/decode.py does. It captures
+The first form builds the random 27B model and CudaBackend as bench/decode.py does (with
+`--config FIELD=INT+...`, under that MatmulConfig of the products, as step_kernels.py). It captures
 each step of --steps as one CUDA graph, replays it untraced (decode.py's time_replays, so the
 trace's span can be checked against it), then replays the same graph REPLAYS times under the
 profiler and writes the Chrome trace. The second form, also run at the end of the first, reads a trace.
@@ -33,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.product_kernels import add_config_argument  # noqa: E402
 from bench.step_kernels import parse_steps, split_steps  # noqa: E402
 
 REPLAYS = 5
@@ -141,11 +143,7 @@ def main() -> int:
     parser.add_argument("--steps", default="1;2,2,2,2,2,2", help="slots' rows per step")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--trace-dir", type=Path, default=Path("step_timeline"))
-    parser.add_argument(
-        "--config",
-        default="default",
-        help='the products\' MatmulConfig: "default" or FIELD=INT+...',
-    )
+    add_config_argument(parser)
     parser.add_argument("--report", type=Path, help="a trace to summarize (no GPU needed)")
     args = parser.parse_args()
     if args.report:
