@@ -8,6 +8,7 @@ their CPU smoke modes.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -91,6 +92,16 @@ def _cuda_props() -> dict[str, Any]:
         }
     except Exception:  # no CuPy, no driver, no device: a CPU run
         return {}
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    """--config: one MatmulConfig setting for the products of a whole step (product_kernels
+    .matmul_config reads it: "default" or FIELD=INT joined by "+")."""
+    parser.add_argument(
+        "--config",
+        default="default",
+        help='the products\' MatmulConfig: "default" or FIELD=INT+...',
+    )
 
 
 def setting_fields(setting: str) -> dict[str, int]:

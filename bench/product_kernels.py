@@ -62,15 +62,6 @@ def main() -> int:
     return 0
 
 
-def add_config_argument(parser: argparse.ArgumentParser) -> None:
-    """--config: one MatmulConfig setting for the products of a whole step (matmul_config)."""
-    parser.add_argument(
-        "--config",
-        default="default",
-        help='the products\' MatmulConfig: "default" or FIELD=INT+...',
-    )
-
-
 def matmul_config(setting: str) -> build.MatmulConfig:
     """The MatmulConfig a setting names: "default", or FIELD=INT joined by "+"."""
     fields: dict[str, Any] = setting_fields("" if setting == "default" else setting)

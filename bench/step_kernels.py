@@ -28,8 +28,7 @@ from typing import Any, TypeVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import ncu_raw_rows  # noqa: E402
-from bench.product_kernels import add_config_argument  # noqa: E402
+from bench.common import add_config_argument, ncu_raw_rows  # noqa: E402
 
 K = TypeVar("K", bound=tuple[Any, ...])  # a kernel record: (name, ...)
 FIRST_KERNEL = "embed_rows"  # engine/cuda/kernels.embed: the first launch of every step

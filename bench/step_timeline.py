@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.product_kernels import add_config_argument  # noqa: E402
+from bench.common import add_config_argument  # noqa: E402
 from bench.step_kernels import parse_steps, split_steps  # noqa: E402
 
 REPLAYS = 5
