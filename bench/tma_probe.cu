@@ -527,6 +527,101 @@ OJ_DEV void steal_loads(const u8* __restrict__ p0, int rows, int cols, int* __re
 STEAL_KERNEL(steal_nodep, 0)
 STEAL_KERNEL(steal, 1)
 
+// ---- Anatomy (--set anatomy): `flat`'s loads and order, each CTA stamping the global timer
+// (ns) at four points, so the launch boundary's cost can be split into its parts: the spread of
+// the CTAs' ends (the tail), the time from the last end to the successor's waits returning
+// (the dependency itself), and the successor's first round. Why: the loads alone lose a quarter
+// of the floor to the boundaries (v34a: flat p4 1.26x ordered, 1.02x unordered), every way of
+// keeping the dependency measured since costs as much (v34g-v35e), and no probe has yet said
+// which part of the boundary the time goes to. stamps: u64 [launch][CTA][STAMPS] = entry, the
+// wait returned, the first round's data consumed by thread 0, every thread's loads consumed
+// (after a block barrier), the SM; `launch` the product's index in the graph. DEP as
+// `flat_loads`.
+#define STAMPS 5
+OJ_DEV unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// the same, read only once `dep` is known (an input of the asm: the loads it comes from have
+// arrived)
+OJ_DEV unsigned long long global_ns_after(u32 dep) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep));
+    return t;
+}
+
+template <int DEP>
+OJ_DEV void flat_stamped(const u8* __restrict__ p0, int rows, int cols, unsigned long long* stamps,
+                         int launch, float* __restrict__ Y, int R) {
+    // flat_loads's loop; the stamps are held in registers and stored at the end, so the loads
+    // stay ahead of the wait as in `flat` (a store of a stamp after the wait let ptxas put the
+    // wait before the first round's loads)
+    constexpr int LU = 8;
+    const unsigned long long t_entry = global_ns();
+    const long n = q4k_words(rows, cols);
+    long begin, end;
+    equal_share(n, begin, end);
+    const uint4* __restrict__ p = (const uint4*)p0;
+    if (DEP != 1) oj_grid_release();
+    u32 x = 0;
+    bool waited = DEP == 0;
+    unsigned long long t_wait = t_entry, t_first = 0;
+    for (long i0 = begin + threadIdx.x; i0 < end; i0 += LU * (long)blockDim.x) {
+        uint4 v[LU];
+        load_round<LU>(p, i0, blockDim.x, end, v);
+        if (!waited) {
+            if (DEP == 1) oj_grid_dep();
+            else oj_grid_wait();
+            waited = true;
+            t_wait = global_ns();
+        }
+        x ^= xor_round<LU>(v);
+        if (t_first == 0) t_first = global_ns_after(x);
+    }
+    if (!waited) {  // a CTA with no share still keeps the kernel's order
+        if (DEP == 1) oj_grid_dep();
+        else oj_grid_wait();
+        t_wait = global_ns();
+    }
+    __syncthreads();  // every thread's rounds consumed
+    if (threadIdx.x == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        unsigned long long* mine = stamps + ((size_t)launch * gridDim.x + blockIdx.x) * STAMPS;
+        mine[0] = t_entry;
+        mine[1] = t_wait;
+        mine[2] = t_first ? t_first : t_wait;
+        mine[3] = global_ns_after(x);
+        mine[4] = sm;
+    }
+    if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
+}
+
+// X carries the stamps and ldx the product's launch index
+#define STAMPED_KERNEL(NAME, DEP) \
+    PRODUCT_PROBE((32 * MM_NW), NAME, flat_stamped<DEP>(p0, rows, cols, (unsigned long long*)X, ldx, Y, R))
+STAMPED_KERNEL(flat_stamped, 1)
+STAMPED_KERNEL(flat_stamped_nodep, 0)
+
+// The global timer's step: one thread reads it `n` times; out = [smallest nonzero step, number
+// of changes, first reading, last reading] (its resolution decides what the stamps can tell).
+extern "C" __global__ void timer_step(unsigned long long* out, int n) {
+    unsigned long long prev = global_ns(), first = prev, step = ~0ull, changes = 0;
+    for (int i = 0; i < n; ++i) {
+        const unsigned long long t = global_ns();
+        if (t != prev) {
+            step = t - prev < step ? t - prev : step;
+            ++changes;
+            prev = t;
+        }
+    }
+    out[0] = step;
+    out[1] = changes;
+    out[2] = first;
+    out[3] = prev;
+}
+
 // ---- One persistent walk (--set walk): every Q4_K product's loads in ONE launch, each CTA
 // streaming an equal share of each matrix in turn, a product's dependency on the one before it
 // kept by a counter per product instead of a launch boundary or a grid barrier. Why: v34a-j

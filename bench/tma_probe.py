@@ -28,6 +28,11 @@ With --set ring: the walk through a ring in shared memory whose loads run up to 
 ahead of the reads across the products, the reads waiting as the walk's (does the dependency
 still cost once the bytes in flight need not stop at it?).
 
+With --set anatomy: `flat`'s loads, ordered and not, with each CTA stamping the global timer at
+its entry, when its wait returns, when its first round has arrived and at its end: what a launch
+boundary's cost is made of (the spread of the CTAs' ends, the dependency itself, the successor's
+first round), and whether the CTAs that end last sit on the same SMs launch after launch.
+
 With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
 (would an integer design take the arithmetic off the one-row step?).
 
@@ -36,7 +41,7 @@ the ablations give no products and are not checked), (2) per row count the time 
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|int8] [--rows 1,4] [--giant-gb 2] [--json F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|anatomy|int8] [--rows 1,4] [--giant-gb 2] [--json F] [--stamps F]
 """
 
 from __future__ import annotations
@@ -114,6 +119,15 @@ RING = {
         ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
         ("walk_ring3_release", 8), ("walk_ring1_release", 8)],
 }  # fmt: skip
+# --set anatomy (tma_probe.cu flat_stamped*): `flat` p4 with per-CTA timer stamps, ordered and not,
+# beside `flat` itself (what the stamps cost)
+ANATOMY = {
+    1: [("flat", 4), ("flat_stamped", 4), ("flat_nodep", 4), ("flat_stamped_nodep", 4)],
+}  # fmt: skip
+STAMPS = 5  # tma_probe.cu STAMPS: entry, wait returned, first round in, end, SM
+# the stamps' launch slots per kernel (products of the model, then the giant matrix)
+STAMP_LAUNCHES = 512
+
 # variants that choose a kernel per product by its tiles and the SMs, as the engine's
 # MatmulConfig.row_tile does: rows_i8m_auto takes the deep kernel where its grid fits one wave
 CHOSEN: dict[str, Callable[[int, int], str]] = {
@@ -142,7 +156,7 @@ INT8 = {
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
-    "walk": WALK, "ring": RING, "int8": INT8,
+    "walk": WALK, "ring": RING, "anatomy": ANATOMY, "int8": INT8,
 }  # fmt: skip
 
 
@@ -273,6 +287,7 @@ class Probe:
         mod = cp.RawModule(code=text, options=("-std=c++17", *build.MATMUL_CONFIG.defines()))
         names = {k for vs in variants.values() for k, _ in vs} - set(CHOSEN)
         self.fns = {name: launch.kernel(mod, name) for name in names}
+        self.timer = mod.get_function("timer_step")
         # two activation stages: dynamic shared memory over 48 KiB
         for name in PIPELINED.keys() & set(self.fns):
             self.fns[name].fn.max_dynamic_shared_size_bytes = 2 * PIPELINED[name]
@@ -287,6 +302,16 @@ class Probe:
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
         self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
+        # the stamped kernels' timer stamps (kernel -> u64 [STAMP_LAUNCHES][grid][STAMPS]) and
+        # each product's launch slot among them (kernel -> {id(weight): slot})
+        # (made here: not while a graph is being captured)
+        self.stamps: dict[str, Any] = {
+            k: cp.zeros((STAMP_LAUNCHES, p * self.sms, STAMPS), dtype=cp.uint64)
+            for vs in variants.values()
+            for k, p in vs
+            if k.startswith("flat_stamped")
+        }
+        self.stamp_slots: dict[str, dict[int, int]] = {}
         # (int8_form_name, id(x)) -> (x, int8_rows of that form: the buffer, a row's bytes)
         self.int8_rows: dict[tuple[str, int], tuple[Any, Any, int]] = {}
 
@@ -337,6 +362,14 @@ class Probe:
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
             xh, ldx = self.counters, i32(pair)
+        if kernel.startswith("flat_stamped"):  # X: the stamps, ldx: this product's launch slot
+            slots = self.stamp_slots.setdefault(kernel, {})
+            slot = slots.setdefault(id(w), len(slots))
+            if slot >= STAMP_LAUNCHES:
+                raise ValueError("tma_probe: more products than stamp slots")
+            if self.stamps[kernel].shape[1] != grid:
+                raise ValueError(f"tma_probe: {kernel} runs on one grid, {self.stamps[kernel].shape[1]} CTAs")  # fmt: skip
+            xh, ldx = self.stamps[kernel], i32(slot)
         if kernel.startswith(INT8_KERNELS):  # their own forms of x's rows, made once per x
             form = int8_form_name(kernel)
             if (form, id(x)) not in self.int8_rows:
@@ -390,6 +423,82 @@ def check(probe: Probe) -> dict[str, float]:
     return out
 
 
+def boundary_anatomy(stamps: np.ndarray, nbytes: list[int], bw: float) -> dict[str, Any]:
+    """What the launch boundaries of one replay are made of. stamps: [L][C][STAMPS] of L
+    launches in the graph's order (tma_probe.cu flat_stamped: entry, wait returned, first round
+    in, end, SM; ns), nbytes each launch's weight bytes, bw the read bandwidth (bytes/s).
+
+    The replay's span (first wait returned -> last end) is split exactly, launch by launch, into
+    `dependency` (the predecessor's last end -> this launch's first wait returned), `stream`
+    (-> its median end) and `tail` (-> its last end), and `stream` set beside the bytes' floor.
+    `sm_lateness`: each SM's mean (end - launch median) over every launch; `lateness_corr`: the
+    mean correlation between consecutive launches' per-SM lateness (near 1: the same SMs end
+    last every time)."""
+    t = stamps[..., :4].astype(np.int64)
+    t = t - t[0, :, 1].min()
+    entry, wait, first, end = (t[..., i] for i in range(4))
+    sm = stamps[..., 4].astype(np.int64)
+    end_max, end_med = end.max(axis=1), np.median(end, axis=1)
+    wait_min, wait_max = wait.min(axis=1), wait.max(axis=1)
+    ideal = np.asarray(nbytes, dtype=np.float64) / bw * 1e9
+    dependency = np.concatenate([[0.0], wait_min[1:] - end_max[:-1]])
+    stream = end_med - wait_min
+    tail = end_max - end_med
+    span = float(end_max[-1] - wait_min[0])
+    n_sm = int(sm.max()) + 1
+    late = end - end_med[:, None]
+    per_sm = np.zeros((len(t), n_sm))
+    for i in range(len(t)):
+        sums = np.bincount(sm[i], weights=late[i], minlength=n_sm)
+        counts = np.bincount(sm[i], minlength=n_sm)
+        per_sm[i] = sums / np.maximum(counts, 1)
+    mean_late = per_sm.mean(axis=0)
+    centred = per_sm - per_sm.mean(axis=1, keepdims=True)
+    norms = np.linalg.norm(centred, axis=1)
+    dots = (centred[1:] * centred[:-1]).sum(axis=1) / np.maximum(norms[1:] * norms[:-1], 1e-9)
+    last_sm = sm[np.arange(len(t)), end.argmax(axis=1)]
+    worst = np.argsort(mean_late)[::-1][:8]
+
+    def us(v: Any) -> float | None:
+        return round(float(v) / 1e3, 3) if np.size(v) else None
+
+    def median(v: Any) -> Any:
+        return np.median(v) if np.size(v) else np.array([])
+
+    return {
+        "launches": len(t),
+        "span_ms": round(span / 1e6, 4),
+        "floor_ms": round(float(ideal.sum()) / 1e6, 4),
+        "dependency_ms": round(float(dependency.sum()) / 1e6, 4),
+        "stream_ms": round(float(stream.sum()) / 1e6, 4),
+        "tail_ms": round(float(tail.sum()) / 1e6, 4),
+        "per_launch_us": {
+            "dependency_median": us(median(dependency[1:])),
+            "tail_median": us(np.median(tail)),
+            "stream_over_floor_median": us(np.median(stream - ideal)),
+            "wait_spread_median": us(np.median(wait_max - wait_min)),
+            "first_round_after_wait_median": us(np.median(first - wait)),
+            "resident_before_wait_median": us(np.median(wait_min - np.median(entry, axis=1))),
+        },
+        "sm_lateness_us": {
+            "std": us(mean_late.std()),
+            "worst": {int(k): us(mean_late[k]) for k in worst},
+            "best": us(mean_late.min()),
+        },
+        "lateness_corr": round(float(dots.mean()), 3) if dots.size else None,
+        "last_on_worst8": round(float(np.isin(last_sm, worst).mean()), 3),
+    }
+
+
+def timer_step(probe: Probe) -> list[int]:
+    """The global timer's smallest step, changes, first and last reading (tma_probe.cu timer_step)."""
+    import cupy as cp
+
+    out = cp.zeros(4, dtype=cp.uint64)
+    probe.timer((1,), (1,), (out, np.int32(200_000)))
+    return [int(v) for v in out.get()]
+
+
 def time_rows(probe: Probe, mats: list[weights.GpuWeight], R: int, nbytes: int, bw: float) -> dict[str, Any]:  # fmt: skip
     """One graph of every product at R rows: the engine's kernels, then each probe variant."""
     _x, xh, y, engine = product_inputs(mats, R)
@@ -421,6 +530,7 @@ def main() -> int:
     parser.add_argument("--rows", default="1,4", help="of 1, 4 (the sets other than tma, int8: 1)")
     parser.add_argument("--giant-gb", type=float, default=2.0, help="0: no steady-rate run")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--stamps", type=Path, help="--set anatomy: the raw stamps (npz)")
     parser.add_argument(
         "--set",
         choices=tuple(SETS),
@@ -445,6 +555,10 @@ def main() -> int:
     print("kernels", json.dumps(info["kernels"]), flush=True)
     bw = read_bandwidth()
     info["read_tb_s"] = bw / 1e12
+    if probe.stamps:
+        info["timer_step"] = timer_step(probe)
+        print("timer_step", json.dumps(info["timer_step"]), flush=True)
+    raw: dict[str, Any] = {}
     runs = [("model_q4k", [m for m in model_matrices() if m.ggml_type == weights.Q4_K])]
     if args.giant_gb > 0:
         n = int(args.giant_gb * 1e9 / weights.tensor_bytes(weights.Q4_K, 1, 5120)) // 16 * 16
@@ -456,10 +570,17 @@ def main() -> int:
         info[label] = []
         for R in rows:
             row = time_rows(probe, mats, R, nbytes, bw)
+            for kernel, buf in probe.stamps.items():  # the last replay's stamps, this run's slots
+                slots = [probe.stamp_slots[kernel][id(m)] for m in mats]
+                stamps = buf[slots].get()
+                row[f"{kernel}_anatomy"] = boundary_anatomy(stamps, [m.nbytes for m in mats], bw)
+                raw[f"{label}_{kernel}"] = stamps
             info[label].append(row)
             print(label, json.dumps(row), flush=True)
     if args.json:
         args.json.write_text(json.dumps(info, indent=1))
+    if args.stamps and raw:
+        np.savez_compressed(args.stamps, **raw)
     return 0
 
 
