@@ -128,6 +128,20 @@ OJ_DEV void q4k_tma_rows(const u8* __restrict__ p0, int rows, int cols, const vo
         NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R) { \
         __VA_ARGS__;                                                                               \
     }
+// The global timer (ns; --set anatomy's stamps), and the same read only once `dep` is known (an
+// input of the asm: the loads it comes from have arrived). A CTA's stamps: entry, its wait
+// returned, its first round in, its end, its SM.
+#define STAMPS 5
+OJ_DEV unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+OJ_DEV unsigned long long global_ns_after(u32 dep) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep));
+    return t;
+}
 #define WALK_PROBE(NAME, ...)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
         NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
@@ -306,10 +320,16 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
     }
 }
 
-template <int FLAGS>
+// STAMP (--set anatomy): the CTA stamps the global timer as flat_stamped does (the SM too), at
+// [launch][its tile] of `stamps` (u64 [launches][stamp_ctas][STAMPS]); the first round is the
+// warp's first super-block multiplied.
+template <int FLAGS, bool STAMP = false>
 OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
-                     int ldx, float* __restrict__ Y, int ldy, int R) {
+                     int ldx, float* __restrict__ Y, int ldy, int R,
+                     unsigned long long* stamps = nullptr, int launch = 0, int stamp_ctas = 0) {
     __shared__ float red[MM_NW * 4 * 32];
+    unsigned long long t_entry = 0, t_wait = 0, t_first = 0;
+    if (STAMP) t_entry = global_ns();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.y * 16, nsb = cols >> 8, nrows = min(1, R);
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
@@ -331,15 +351,30 @@ OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* 
     for (int i = 0; i < 4; ++i) ind8[i] = make_uint2(ind[i].x, 0u);
     if (warp < nsb) load_to(fa, warp);
     oj_grid_dep();
+    if (STAMP) t_wait = global_ns();
     for (int sb = warp; sb < nsb; sb += 2 * MM_NW) {  // wmat_rows's turns, as in the engine
         const int sb2 = sb + MM_NW;
         if (sb2 < nsb) load_to(fb, sb2);
         abl_superblock<FLAGS>(fa, acc[0][0], X, ldx, sb, nrows, gid, t, ind, ind8);
+        if (STAMP && t_first == 0) t_first = global_ns_after(__float_as_uint(acc[0][0][0]));
         if (sb2 >= nsb) break;
         if (sb2 + MM_NW < nsb) load_to(fa, sb2 + MM_NW);
         abl_superblock<FLAGS>(fb, acc[0][0], X, ldx, sb2, nrows, gid, t, ind, ind8);
     }
     reduce_store<1, 1>(red, acc, rows, Y, ldy, row0, 0, nrows, R, MM_STORE);
+    if (STAMP) {
+        __syncthreads();  // every warp's share summed and stored
+        if (threadIdx.x == 0) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            unsigned long long* mine = stamps + ((size_t)launch * stamp_ctas + blockIdx.y) * STAMPS;
+            mine[0] = t_entry;
+            mine[1] = t_wait;
+            mine[2] = t_first ? t_first : t_wait;
+            mine[3] = global_ns();
+            mine[4] = sm;
+        }
+    }
 }
 
 #define ABL_KERNEL(NAME, FLAGS) \
@@ -358,6 +393,16 @@ ABL_KERNEL(rows_abl_split, ABL_CHEAP_GET | ABL_MIN_MMA)
 ABL_KERNEL(rows_abl_split_noprep, ABL_CHEAP_GET | ABL_MIN_MMA | ABL_NO_PREP)
 ABL_KERNEL(rows_abl_split_k8, ABL_CHEAP_GET | ABL_MIN_K8)
 ABL_KERNEL(rows_abl_split_sums, ABL_CHEAP_GET | ABL_SUM_MMA)
+// the same, stamped (--set anatomy): four more arguments, the stamps, the launch's slot among
+// them, the stamps' CTAs per launch
+#define ABL_STAMPED_KERNEL(NAME, FLAGS)                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,  \
+             unsigned long long* stamps, int launch, int stamp_ctas) {                            \
+        abl_rows<FLAGS, true>(p0, rows, cols, X, ldx, Y, ldy, R, stamps, launch, stamp_ctas);      \
+    }
+ABL_STAMPED_KERNEL(rows_abl_all_stamped, 0)
+ABL_STAMPED_KERNEL(rows_abl_loads_stamped, ABL_NO_DEQ | ABL_NO_MMA)
 ABL_KERNEL(rows_abl_split_s1688, ABL_CHEAP_GET | ABL_S1688)
 
 // ---- Launch boundaries (--set launch): the weight loads alone, without the engine's tiles. Each
@@ -535,21 +580,8 @@ STEAL_KERNEL(steal, 1)
 // keeping the dependency measured since costs as much (v34g-v35e), and no probe has yet said
 // which part of the boundary the time goes to. stamps: u64 [launch][CTA][STAMPS] = entry, the
 // wait returned, the first round's data consumed by thread 0, every thread's loads consumed
-// (after a block barrier), the SM; `launch` the product's index in the graph. DEP as
+// (after a block barrier), the SM; `launch` the product's slot in the graph. DEP as
 // `flat_loads`.
-#define STAMPS 5
-OJ_DEV unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-// the same, read only once `dep` is known (an input of the asm: the loads it comes from have
-// arrived)
-OJ_DEV unsigned long long global_ns_after(u32 dep) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep));
-    return t;
-}
 
 template <int DEP>
 OJ_DEV void flat_stamped(const u8* __restrict__ p0, int rows, int cols, unsigned long long* stamps,

@@ -28,10 +28,11 @@ With --set ring: the walk through a ring in shared memory whose loads run up to 
 ahead of the reads across the products, the reads waiting as the walk's (does the dependency
 still cost once the bytes in flight need not stop at it?).
 
-With --set anatomy: `flat`'s loads, ordered and not, with each CTA stamping the global timer at
-its entry, when its wait returns, when its first round has arrived and at its end: what a launch
-boundary's cost is made of (the spread of the CTAs' ends, the dependency itself, the successor's
-first round), and whether the CTAs that end last sit on the same SMs launch after launch.
+With --set anatomy: `flat`'s loads, ordered and not, and the engine's one-row kernel (whole and
+its loads alone) on its tiles, with each CTA stamping the global timer at its entry, when its
+wait returns, when its first round has arrived and at its end: what a launch boundary's cost is
+made of (the spread of the CTAs' ends, the dependency itself, the successor's first round), and
+whether the CTAs that end last sit on the same SMs launch after launch.
 
 With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
 (would an integer design take the arithmetic off the one-row step?).
@@ -119,14 +120,17 @@ RING = {
         ("walk_ring12_paused", 2), ("walk_ring3_paused", 8), ("walk_ring12_release", 2),
         ("walk_ring3_release", 8), ("walk_ring1_release", 8)],
 }  # fmt: skip
-# --set anatomy (tma_probe.cu flat_stamped*): `flat` p4 with per-CTA timer stamps, ordered and not,
-# beside `flat` itself (what the stamps cost)
+# --set anatomy (tma_probe.cu *_stamped): `flat` p4 with per-CTA timer stamps, ordered and not, and
+# the engine's one-row kernel (rows_abl_all: the `_1` kernel for every product) whole and as its
+# loads alone, one CTA per tile; each beside the same kernel without stamps (what they cost)
 ANATOMY = {
-    1: [("flat", 4), ("flat_stamped", 4), ("flat_nodep", 4), ("flat_stamped_nodep", 4)],
+    1: [("flat", 4), ("flat_stamped", 4), ("flat_nodep", 4), ("flat_stamped_nodep", 4),
+        ("rows_abl_all", 0), ("rows_abl_all_stamped", 0), ("rows_abl_loads", 0),
+        ("rows_abl_loads_stamped", 0)],
 }  # fmt: skip
 STAMPS = 5  # tma_probe.cu STAMPS: entry, wait returned, first round in, end, SM
-# the stamps' launch slots per kernel (products of the model, then the giant matrix)
-STAMP_LAUNCHES = 512
+# the CTAs whose stamps one stamped kernel's buffer holds: every launch of a run, one after another
+STAMP_CTAS = 1 << 20
 
 # variants that choose a kernel per product by its tiles and the SMs, as the engine's
 # MatmulConfig.row_tile does: rows_i8m_auto takes the deep kernel where its grid fits one wave
@@ -302,16 +306,16 @@ class Probe:
         self.counters = cp.zeros(2 * 4096, dtype=cp.int32)
         self.counter_pairs: dict[int, int] = {}
         self.failed = cp.zeros(1, dtype=cp.int32)  # the walk kernels' flag: a wait ran out
-        # the stamped kernels' timer stamps (kernel -> u64 [STAMP_LAUNCHES][grid][STAMPS]) and
-        # each product's launch slot among them (kernel -> {id(weight): slot})
-        # (made here: not while a graph is being captured)
+        # the stamped kernels' timer stamps (kernel -> u64 [STAMP_CTAS][STAMPS], made here: not
+        # while a graph is being captured) and where each product's CTAs write theirs (kernel ->
+        # {id(weight): (first CTA, CTAs)})
         self.stamps: dict[str, Any] = {
-            k: cp.zeros((STAMP_LAUNCHES, p * self.sms, STAMPS), dtype=cp.uint64)
+            k: cp.zeros((STAMP_CTAS, STAMPS), dtype=cp.uint64)
             for vs in variants.values()
-            for k, p in vs
-            if k.startswith("flat_stamped")
+            for k, _ in vs
+            if k.endswith("_stamped") or "_stamped_" in k
         }
-        self.stamp_slots: dict[str, dict[int, int]] = {}
+        self.stamp_slots: dict[str, dict[int, tuple[int, int]]] = {}
         # (int8_form_name, id(x)) -> (x, int8_rows of that form: the buffer, a row's bytes)
         self.int8_rows: dict[tuple[str, int], tuple[Any, Any, int]] = {}
 
@@ -362,21 +366,27 @@ class Probe:
             if 2 * pair >= self.counters.size:
                 raise ValueError("tma_probe: more products than steal counters")
             xh, ldx = self.counters, i32(pair)
-        if kernel.startswith("flat_stamped"):  # X: the stamps, ldx: this product's launch slot
+        stamps: tuple[Any, ...] = ()
+        if kernel in self.stamps:  # this product's CTAs' stamps: after the products before it
             slots = self.stamp_slots.setdefault(kernel, {})
-            slot = slots.setdefault(id(w), len(slots))
-            if slot >= STAMP_LAUNCHES:
-                raise ValueError("tma_probe: more products than stamp slots")
-            if self.stamps[kernel].shape[1] != grid:
-                raise ValueError(f"tma_probe: {kernel} runs on one grid, {self.stamps[kernel].shape[1]} CTAs")  # fmt: skip
-            xh, ldx = self.stamps[kernel], i32(slot)
+            if id(w) not in slots:
+                first = sum(n for _, n in slots.values())
+                if first + grid > STAMP_CTAS:
+                    raise ValueError("tma_probe: more CTAs than stamps")
+                slots[id(w)] = (first, grid)
+            first, n = slots[id(w)]
+            at = self.stamps[kernel][first : first + n]
+            if kernel.startswith("flat"):  # X: the stamps, ldx: the launch (0: `at` is its own)
+                xh, ldx = at, i32(0)
+            else:  # the engine-shaped kernels: three more arguments
+                stamps = (at, i32(0), i32(n))
         if kernel.startswith(INT8_KERNELS):  # their own forms of x's rows, made once per x
             form = int8_form_name(kernel)
             if (form, id(x)) not in self.int8_rows:
                 self.int8_rows[form, id(x)] = (x, *int8_rows(form, x))
             _, xh, size = self.int8_rows[form, id(x)]
             ldx = i32(size)
-        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R))
+        args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R), *stamps)
         if kernel.startswith("gemm"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
             smem = 2 * PIPELINED.get(kernel, 0)  # two stages (__init__)
             self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
@@ -423,40 +433,47 @@ def check(probe: Probe) -> dict[str, float]:
     return out
 
 
-def boundary_anatomy(stamps: np.ndarray, nbytes: list[int], bw: float) -> dict[str, Any]:
-    """What the launch boundaries of one replay are made of. stamps: [L][C][STAMPS] of L
-    launches in the graph's order (tma_probe.cu flat_stamped: entry, wait returned, first round
-    in, end, SM; ns), nbytes each launch's weight bytes, bw the read bandwidth (bytes/s).
+def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any]:
+    """What the launch boundaries of one replay are made of. stamps: per launch, in the graph's
+    order, its CTAs' stamps [C_i][STAMPS] (tma_probe.cu flat_stamped: entry, wait returned, first
+    round in, end, SM; ns; C_i may differ between launches), nbytes each launch's weight bytes,
+    bw the read bandwidth (bytes/s).
 
     The replay's span (first wait returned -> last end) is split exactly, launch by launch, into
     `dependency` (the predecessor's last end -> this launch's first wait returned), `stream`
     (-> its median end) and `tail` (-> its last end), and `stream` set beside the bytes' floor.
+    `tail90`: the last end less the launch's 90th percentile of ends (a last partial wave).
     `sm_lateness`: each SM's mean (end - launch median) over every launch; `lateness_corr`: the
     mean correlation between consecutive launches' per-SM lateness (near 1: the same SMs end
     last every time)."""
-    t = stamps[..., :4].astype(np.int64)
-    t = t - t[0, :, 1].min()
-    entry, wait, first, end = (t[..., i] for i in range(4))
-    sm = stamps[..., 4].astype(np.int64)
-    end_max, end_med = end.max(axis=1), np.median(end, axis=1)
-    wait_min, wait_max = wait.min(axis=1), wait.max(axis=1)
+    launches = [np.asarray(a) for a in stamps]
+    origin = int(launches[0][:, 1].astype(np.int64).min())
+    t = [a[:, :4].astype(np.int64) - origin for a in launches]
+    sm = [a[:, 4].astype(np.int64) for a in launches]
+    entry, wait, first, end = ([a[:, i] for a in t] for i in range(4))
+
+    def per(f: Any, parts: list[Any]) -> Any:
+        return np.array([f(p) for p in parts], dtype=np.float64)
+
+    end_max, end_med = per(np.max, end), per(np.median, end)
+    end_p90 = per(lambda e: np.quantile(e, 0.9), end)
+    wait_min, wait_max = per(np.min, wait), per(np.max, wait)
     ideal = np.asarray(nbytes, dtype=np.float64) / bw * 1e9
     dependency = np.concatenate([[0.0], wait_min[1:] - end_max[:-1]])
     stream = end_med - wait_min
     tail = end_max - end_med
     span = float(end_max[-1] - wait_min[0])
-    n_sm = int(sm.max()) + 1
-    late = end - end_med[:, None]
+    n_sm = max(int(s.max()) for s in sm) + 1
     per_sm = np.zeros((len(t), n_sm))
     for i in range(len(t)):
-        sums = np.bincount(sm[i], weights=late[i], minlength=n_sm)
+        sums = np.bincount(sm[i], weights=end[i] - end_med[i], minlength=n_sm)
         counts = np.bincount(sm[i], minlength=n_sm)
         per_sm[i] = sums / np.maximum(counts, 1)
     mean_late = per_sm.mean(axis=0)
     centred = per_sm - per_sm.mean(axis=1, keepdims=True)
     norms = np.linalg.norm(centred, axis=1)
     dots = (centred[1:] * centred[:-1]).sum(axis=1) / np.maximum(norms[1:] * norms[:-1], 1e-9)
-    last_sm = sm[np.arange(len(t)), end.argmax(axis=1)]
+    last_sm = np.array([s[e.argmax()] for s, e in zip(sm, end, strict=True)])
     worst = np.argsort(mean_late)[::-1][:8]
 
     def us(v: Any) -> float | None:
@@ -475,10 +492,13 @@ def boundary_anatomy(stamps: np.ndarray, nbytes: list[int], bw: float) -> dict[s
         "per_launch_us": {
             "dependency_median": us(median(dependency[1:])),
             "tail_median": us(np.median(tail)),
+            "tail90_median": us(np.median(end_max - end_p90)),
             "stream_over_floor_median": us(np.median(stream - ideal)),
             "wait_spread_median": us(np.median(wait_max - wait_min)),
-            "first_round_after_wait_median": us(np.median(first - wait)),
-            "resident_before_wait_median": us(np.median(wait_min - np.median(entry, axis=1))),
+            "first_round_after_wait_median": us(
+                np.median(per(np.median, [f - w for f, w in zip(first, wait, strict=True)]))
+            ),
+            "resident_before_wait_median": us(np.median(wait_min - per(np.median, entry))),
         },
         "sm_lateness_us": {
             "std": us(mean_late.std()),
@@ -570,11 +590,13 @@ def main() -> int:
         info[label] = []
         for R in rows:
             row = time_rows(probe, mats, R, nbytes, bw)
-            for kernel, buf in probe.stamps.items():  # the last replay's stamps, this run's slots
-                slots = [probe.stamp_slots[kernel][id(m)] for m in mats]
-                stamps = buf[slots].get()
+            for kernel, buf in probe.stamps.items():  # the last replay's stamps, this run's CTAs
+                spans = [probe.stamp_slots[kernel][id(m)] for m in mats]
+                held = buf[spans[0][0] : spans[-1][0] + spans[-1][1]].get()
+                stamps = [held[f - spans[0][0] : f - spans[0][0] + n] for f, n in spans]
                 row[f"{kernel}_anatomy"] = boundary_anatomy(stamps, [m.nbytes for m in mats], bw)
-                raw[f"{label}_{kernel}"] = stamps
+                raw[f"{label}_{kernel}"] = held
+                raw[f"{label}_{kernel}_ctas"] = np.array([n for _, n in spans])
             info[label].append(row)
             print(label, json.dumps(row), flush=True)
     if args.json:
