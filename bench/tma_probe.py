@@ -443,6 +443,8 @@ def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any
     `dependency` (the predecessor's last end -> this launch's first wait returned), `stream`
     (-> its median end) and `tail` (-> its last end), and `stream` set beside the bytes' floor.
     `tail90`: the last end less the launch's 90th percentile of ends (a last partial wave).
+    `by_grid`: per grid size (a product shape), its launches' mean share of the span, tail and
+    bytes' floor.
     `sm_lateness`: each SM's mean (end - launch median) over every launch; `lateness_corr`: the
     mean correlation between consecutive launches' per-SM lateness (near 1: the same SMs end
     last every time)."""
@@ -474,6 +476,18 @@ def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any
     norms = np.linalg.norm(centred, axis=1)
     dots = (centred[1:] * centred[:-1]).sum(axis=1) / np.maximum(norms[1:] * norms[:-1], 1e-9)
     last_sm = np.array([s[e.argmax()] for s, e in zip(sm, end, strict=True)])
+    # per grid size (the products of one shape): launches and mean us of each part
+    ctas = np.array([len(a) for a in t])
+    whole = np.diff(np.concatenate([[wait_min[0]], end_max]))  # each launch's share of the span
+    by_grid = {
+        int(n): {
+            "launches": int((ctas == n).sum()),
+            "share_us": round(float(whole[ctas == n].mean()) / 1e3, 3),
+            "tail_us": round(float(tail[ctas == n].mean()) / 1e3, 3),
+            "floor_us": round(float(ideal[ctas == n].mean()) / 1e3, 3),
+        }
+        for n in sorted(set(ctas.tolist()))
+    }
     worst = np.argsort(mean_late)[::-1][:8]
 
     def us(v: Any) -> float | None:
@@ -506,6 +520,7 @@ def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any
             "best": us(mean_late.min()),
         },
         "lateness_corr": round(float(dots.mean()), 3) if dots.size else None,
+        "by_grid": by_grid,
         "last_on_worst8": round(float(np.isin(last_sm, worst).mean()), 3),
     }
 

@@ -43,6 +43,9 @@ def test_span_splits_into_dependency_stream_and_tail() -> None:
     assert per["resident_before_wait_median"] == 5.0
     assert next(iter(a["sm_lateness_us"]["worst"])) == 3
     assert a["last_on_worst8"] == 1.0
+    assert a["by_grid"] == {
+        32: {"launches": 5, "share_us": 12.0 + 4 * 1.5 / 5, "tail_us": 2.0, "floor_us": 8.0}
+    }
 
 
 def test_persistent_late_sm_correlates_and_a_single_launch_has_no_boundary() -> None:
