@@ -34,6 +34,10 @@ wait returns, when its first round has arrived and at its end: what a launch bou
 made of (the spread of the CTAs' ends, the dependency itself, the successor's first round), and
 whether the CTAs that end last sit on the same SMs launch after launch.
 
+With --set tail: the engine's one-row kernel (rows_abl_all) with each product's last partial
+wave of tiles run by CTAs of 8 or 16 warps splitting K, a shorter chain each (a timing bound:
+those CTAs' sums are not the engine's; is the tail v54b measured worth a new sum order?).
+
 With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
 (would an integer design take the arithmetic off the one-row step?).
 
@@ -42,7 +46,7 @@ the ablations give no products and are not checked), (2) per row count the time 
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|anatomy|int8] [--rows 1,4] [--giant-gb 2] [--json F] [--stamps F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|anatomy|tail|int8] [--rows 1,4] [--giant-gb 2] [--json F] [--stamps F]
 """
 
 from __future__ import annotations
@@ -128,6 +132,10 @@ ANATOMY = {
         ("rows_abl_all", 0), ("rows_abl_all_stamped", 0), ("rows_abl_loads", 0),
         ("rows_abl_loads_stamped", 0)],
 }  # fmt: skip
+# --set tail (tma_probe.cu rows_abl_tail*): rows_abl_all with each product's last partial wave
+# (its tiles past a multiple of 4 CTAs per SM, where there are more tiles than that) on CTAs of 8
+# or 16 warps splitting K
+TAIL = {1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0)]}
 STAMPS = 5  # tma_probe.cu STAMPS: entry, wait returned, first round in, end, SM
 # the CTAs whose stamps one stamped kernel's buffer holds: every launch of a run, one after another
 STAMP_CTAS = 1 << 20
@@ -160,7 +168,7 @@ INT8 = {
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
-    "walk": WALK, "ring": RING, "anatomy": ANATOMY, "int8": INT8,
+    "walk": WALK, "ring": RING, "anatomy": ANATOMY, "tail": TAIL, "int8": INT8,
 }  # fmt: skip
 
 
@@ -387,6 +395,15 @@ class Probe:
             _, xh, size = self.int8_rows[form, id(x)]
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R), *stamps)
+        if kernel.startswith("rows_abl_tail"):  # the bulk on rows_abl_all, the last wave here
+            wave = 4 * self.sms  # rows_abl_all's CTAs resident at once
+            tail = tiles % wave if tiles > wave else 0
+            bulk = self.fns["rows_abl_all"]
+            bulk((1, tiles - tail), (THREADS,), args, shared_mem=self.rows_smem["rows_abl_all"])
+            if tail:
+                warps = int(kernel.removeprefix("rows_abl_tail"))
+                self.fns[kernel]((1, tail), (32 * warps,), (*args, i32(tiles - tail)))
+            return
         if kernel.startswith("gemm"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
             smem = 2 * PIPELINED.get(kernel, 0)  # two stages (__init__)
             self.fns[kernel]((-(-R // 32), -(-w.rows // 128)), (256,), args, shared_mem=smem)
