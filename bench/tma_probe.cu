@@ -395,21 +395,27 @@ ABL_KERNEL(rows_abl_split_k8, ABL_CHEAP_GET | ABL_MIN_K8)
 ABL_KERNEL(rows_abl_split_sums, ABL_CHEAP_GET | ABL_SUM_MMA)
 // ---- Tail split (--set tail): a timing bound for shorter chains in a product's last partial wave.
 // v54b's stamps put a wide product's whole excess over its bytes' floor in its tail: the last
-// partial wave of CTAs, each a chain of nsb / 4 super-blocks per warp. rows_abl_tail<NWT> runs
-// a product's last tiles (tile0 + grid y) with NWT warps splitting K, a chain NWT / 4 times
-// shorter; the tiles before them run rows_abl_all (tma_probe.py). Its sums are not the engine's
+// partial wave of CTAs, each a chain of nsb / 4 super-blocks per warp. rows_abl_tail* run a
+// product's last tiles (tile0 + grid y / SPLIT) with NWT x SPLIT warps splitting K, a chain
+// NWT x SPLIT / 4 times shorter; the tiles before them run rows_abl_all (tma_probe.py). Its sums are not the engine's
 // (NWT classes), so it times, it does not compute the product; an engine form would need the
 // bulk's warps to keep NWT classes too (two accumulators each at NWT = 8) for the same bits.
 // The dependency: it is scheduled only once every CTA of the bulk launch before it has passed
 // its wait (so the product's inputs are complete) and it waits for that launch only at its end,
 // so it overlaps the bulk's last wave and the next product still sees the whole product done.
-template <int NWT>
+template <int NWT, int SPLIT>
 OJ_DEV void tail_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
                       int ldx, float* __restrict__ Y, int ldy, int R, int tile0) {
+    // SPLIT > 1: SPLIT CTAs per tile, CTA part p taking classes p NWT .. p NWT + NWT - 1 of
+    // NWT SPLIT, so a CTA as small as the bulk's takes a chain SPLIT times shorter; the parts
+    // add into Y (atomically: a timing bound, not a product)
     __shared__ float red[NWT * 4 * 32];
     oj_grid_release();  // the next product may be scheduled; it waits for this launch's end
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
-    const int row0 = (tile0 + blockIdx.y) * 16, nsb = cols >> 8, nrows = min(1, R);
+    const int tile = tile0 + (int)blockIdx.y / SPLIT, part = (int)blockIdx.y % SPLIT;
+    const int row0 = tile * 16, nsb = cols >> 8, nrows = min(1, R);
+    const int first = part * NWT + warp;  // this warp's class
+    constexpr int STEP = NWT * SPLIT;     // classes
     const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     auto load_to = [&](FragQ4K (&f)[2], int sb) {
@@ -419,37 +425,42 @@ OJ_DEV void tail_rows(const u8* __restrict__ p0, int rows, int cols, const void*
     uint4 ind[4] = {};
     uint2 ind8[4] = {};
     FragQ4K fa[2], fb[2];
-    if (warp < nsb) load_to(fa, warp);
-    for (int sb = warp; sb < nsb; sb += 2 * NWT) {  // wmat_rows's turns over NWT classes
-        const int sb2 = sb + NWT;
+    if (first < nsb) load_to(fa, first);
+    for (int sb = first; sb < nsb; sb += 2 * STEP) {  // wmat_rows's turns over the classes
+        const int sb2 = sb + STEP;
         if (sb2 < nsb) load_to(fb, sb2);
         abl_superblock<0>(fa, acc, X, ldx, sb, nrows, gid, t, ind, ind8);
         if (sb2 >= nsb) break;
-        if (sb2 + NWT < nsb) load_to(fa, sb2 + NWT);
+        if (sb2 + STEP < nsb) load_to(fa, sb2 + STEP);
         abl_superblock<0>(fb, acc, X, ldx, sb2, nrows, gid, t, ind, ind8);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) red[(warp * 4 + i) * 32 + lane] = acc[i];
     __syncthreads();
-    if (threadIdx.x < 4 * 32) {  // the classes summed in order, stored as reduce_store does
+    if (threadIdx.x < 4 * 32) {  // this CTA's classes summed in order, stored as reduce_store does
         const int i = threadIdx.x >> 5, ln = threadIdx.x & 31;
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < NWT; ++w) sum += red[(w * 4 + i) * 32 + ln];
         const int out_row = row0 + (ln >> 2) + 8 * (i >> 1), r = 2 * (ln & 3) + (i & 1);
-        if (out_row < rows && r < nrows) Y[(size_t)r * ldy + out_row] = sum;
+        if (out_row < rows && r < nrows) {
+            if (SPLIT > 1) atomicAdd(Y + (size_t)r * ldy + out_row, sum);
+            else Y[(size_t)r * ldy + out_row] = sum;
+        }
     }
     oj_grid_wait();  // the bulk launch has ended: this launch's end means the product's
 }
 
-#define TAIL_KERNEL(NAME, NWT)                                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * NWT)                                        \
+#define TAIL_KERNEL(NAME, NWT, SPLIT, MINB)                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * NWT, MINB)                                  \
         NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,  \
              int tile0) {                                                                         \
-        tail_rows<NWT>(p0, rows, cols, X, ldx, Y, ldy, R, tile0);                                 \
+        tail_rows<NWT, SPLIT>(p0, rows, cols, X, ldx, Y, ldy, R, tile0);                          \
     }
-TAIL_KERNEL(rows_abl_tail8, 8)
-TAIL_KERNEL(rows_abl_tail16, 16)
+TAIL_KERNEL(rows_abl_tail8, 8, 1, 1)
+TAIL_KERNEL(rows_abl_tail16, 16, 1, 1)
+TAIL_KERNEL(rows_abl_tail4x2, 4, 2, MM_MINB1)  // bulk-sized CTAs, two per tile
+TAIL_KERNEL(rows_abl_tail4x4, 4, 4, MM_MINB1)  // four per tile
 
 // the same, stamped (--set anatomy): four more arguments, the stamps, the launch's slot among
 // them, the stamps' CTAs per launch

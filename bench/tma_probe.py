@@ -35,8 +35,9 @@ made of (the spread of the CTAs' ends, the dependency itself, the successor's fi
 whether the CTAs that end last sit on the same SMs launch after launch.
 
 With --set tail: the engine's one-row kernel (rows_abl_all) with each product's last partial
-wave of tiles run by CTAs of 8 or 16 warps splitting K, a shorter chain each (a timing bound:
-those CTAs' sums are not the engine's; is the tail v54b measured worth a new sum order?).
+wave of tiles run by CTAs of 8 or 16 warps splitting K, or by 2 or 4 CTAs of 4 warps per tile,
+a shorter chain each (a timing bound: those CTAs' sums are not the engine's; is the tail v54b
+measured worth a new sum order?).
 
 With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
 (would an integer design take the arithmetic off the one-row step?).
@@ -135,7 +136,11 @@ ANATOMY = {
 # --set tail (tma_probe.cu rows_abl_tail*): rows_abl_all with each product's last partial wave
 # (its tiles past a multiple of 4 CTAs per SM, where there are more tiles than that) on CTAs of 8
 # or 16 warps splitting K
-TAIL = {1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0)]}
+# (v54d: 8 or 16 warps per CTA; v54e: 4 warps, 2 or 4 CTAs per tile, the bulk's CTA size)
+TAIL = {
+    1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0), ("rows_abl_tail4x2", 0),
+        ("rows_abl_tail4x4", 0)],
+}  # fmt: skip
 STAMPS = 5  # tma_probe.cu STAMPS: entry, wait returned, first round in, end, SM
 # the CTAs whose stamps one stamped kernel's buffer holds: every launch of a run, one after another
 STAMP_CTAS = 1 << 20
@@ -400,9 +405,10 @@ class Probe:
             tail = tiles % wave if tiles > wave else 0
             bulk = self.fns["rows_abl_all"]
             bulk((1, tiles - tail), (THREADS,), args, shared_mem=self.rows_smem["rows_abl_all"])
-            if tail:
-                warps = int(kernel.removeprefix("rows_abl_tail"))
-                self.fns[kernel]((1, tail), (32 * warps,), (*args, i32(tiles - tail)))
+            if tail:  # rows_abl_tail<warps>[x<CTAs per tile>]
+                warps, _, split = kernel.removeprefix("rows_abl_tail").partition("x")
+                ctas = tail * int(split or 1)
+                self.fns[kernel]((1, ctas), (32 * int(warps),), (*args, i32(tiles - tail)))
             return
         if kernel.startswith("gemm"):  # 32 activation rows x 128 weight rows per CTA of 8 warps
             smem = 2 * PIPELINED.get(kernel, 0)  # two stages (__init__)
