@@ -459,8 +459,8 @@ OJ_DEV void tail_rows(const u8* __restrict__ p0, int rows, int cols, const void*
     }
 TAIL_KERNEL(rows_abl_tail8, 8, 1, 1)
 TAIL_KERNEL(rows_abl_tail16, 16, 1, 1)
-TAIL_KERNEL(rows_abl_tail4x2, 4, 2, MM_MINB1)  // bulk-sized CTAs, two per tile
-TAIL_KERNEL(rows_abl_tail4x4, 4, 4, MM_MINB1)  // four per tile
+TAIL_KERNEL(rows_abl_tail4s2, 4, 2, MM_MINB1)  // bulk-sized CTAs, two per tile
+TAIL_KERNEL(rows_abl_tail4s4, 4, 4, MM_MINB1)  // four per tile
 
 // the same, stamped (--set anatomy): four more arguments, the stamps, the launch's slot among
 // them, the stamps' CTAs per launch

@@ -138,8 +138,8 @@ ANATOMY = {
 # or 16 warps splitting K
 # (v54d: 8 or 16 warps per CTA; v54e: 4 warps, 2 or 4 CTAs per tile, the bulk's CTA size)
 TAIL = {
-    1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0), ("rows_abl_tail4x2", 0),
-        ("rows_abl_tail4x4", 0)],
+    1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0), ("rows_abl_tail4s2", 0),
+        ("rows_abl_tail4s4", 0)],
 }  # fmt: skip
 STAMPS = 5  # tma_probe.cu STAMPS: entry, wait returned, first round in, end, SM
 # the CTAs whose stamps one stamped kernel's buffer holds: every launch of a run, one after another
@@ -405,8 +405,8 @@ class Probe:
             tail = tiles % wave if tiles > wave else 0
             bulk = self.fns["rows_abl_all"]
             bulk((1, tiles - tail), (THREADS,), args, shared_mem=self.rows_smem["rows_abl_all"])
-            if tail:  # rows_abl_tail<warps>[x<CTAs per tile>]
-                warps, _, split = kernel.removeprefix("rows_abl_tail").partition("x")
+            if tail:  # rows_abl_tail<warps>[s<CTAs per tile>] (not "x": see `tiles` above)
+                warps, _, split = kernel.removeprefix("rows_abl_tail").partition("s")
                 ctas = tail * int(split or 1)
                 self.fns[kernel]((1, ctas), (32 * int(warps),), (*args, i32(tiles - tail)))
             return
