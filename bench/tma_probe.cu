@@ -320,7 +320,7 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
     }
 }
 
-// STAMP (--set anatomy): the CTA stamps the global timer as flat_stamped does (the SM too), at
+// STAMP (--set anatomy): the CTA stamps the global timer as flat_loads<DEP, true> does, at
 // [launch][its tile] of `stamps` (u64 [launches][stamp_ctas][STAMPS]); the first round is the
 // warp's first super-block multiplied.
 template <int FLAGS, bool STAMP = false>
@@ -508,9 +508,15 @@ OJ_DEV u32 xor_round(const uint4 (&v)[LU]) {
     return x;
 }
 
-template <int DEP>
-OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R) {
+// STAMP (--set anatomy): the CTA stamps the global timer as the anatomy's kernels do (below),
+// held in registers and stored at the end, so the loads stay ahead of the wait (a store of a
+// stamp after the wait let ptxas put the wait before the first round's loads)
+template <int DEP, bool STAMP = false>
+OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R,
+                       unsigned long long* stamps = nullptr, int launch = 0) {
     constexpr int LU = 8;
+    unsigned long long t_entry = 0, t_wait = 0, t_first = 0;
+    if constexpr (STAMP) t_entry = t_wait = global_ns();
     const long n = q4k_words(rows, cols);
     long begin, end;
     equal_share(n, begin, end);
@@ -525,12 +531,30 @@ OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __r
             if (DEP == 1) oj_grid_dep();
             else oj_grid_wait();
             waited = true;
+            if constexpr (STAMP) t_wait = global_ns();
         }
         x ^= xor_round<LU>(v);
+        if constexpr (STAMP) {
+            if (t_first == 0) t_first = global_ns_after(x);
+        }
     }
     if (!waited) {  // a CTA with no share still keeps the kernel's order
         if (DEP == 1) oj_grid_dep();
         else oj_grid_wait();
+        if constexpr (STAMP) t_wait = global_ns();
+    }
+    if constexpr (STAMP) {
+        __syncthreads();  // every thread's rounds consumed
+        if (threadIdx.x == 0) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            unsigned long long* mine = stamps + ((size_t)launch * gridDim.x + blockIdx.x) * STAMPS;
+            mine[0] = t_entry;
+            mine[1] = t_wait;
+            mine[2] = t_first ? t_first : t_wait;
+            mine[3] = global_ns_after(x);
+            mine[4] = sm;
+        }
     }
     if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
 }
@@ -650,58 +674,14 @@ STEAL_KERNEL(steal, 1)
 // which part of the boundary the time goes to. stamps: u64 [launch][CTA][STAMPS] = entry, the
 // wait returned, the first round's data consumed by thread 0, every thread's loads consumed
 // (after a block barrier), the SM; `launch` the product's slot in the graph. DEP as
-// `flat_loads`.
-
-template <int DEP>
-OJ_DEV void flat_stamped(const u8* __restrict__ p0, int rows, int cols, unsigned long long* stamps,
-                         int launch, float* __restrict__ Y, int R) {
-    // flat_loads's loop; the stamps are held in registers and stored at the end, so the loads
-    // stay ahead of the wait as in `flat` (a store of a stamp after the wait let ptxas put the
-    // wait before the first round's loads)
-    constexpr int LU = 8;
-    const unsigned long long t_entry = global_ns();
-    const long n = q4k_words(rows, cols);
-    long begin, end;
-    equal_share(n, begin, end);
-    const uint4* __restrict__ p = (const uint4*)p0;
-    if (DEP != 1) oj_grid_release();
-    u32 x = 0;
-    bool waited = DEP == 0;
-    unsigned long long t_wait = t_entry, t_first = 0;
-    for (long i0 = begin + threadIdx.x; i0 < end; i0 += LU * (long)blockDim.x) {
-        uint4 v[LU];
-        load_round<LU>(p, i0, blockDim.x, end, v);
-        if (!waited) {
-            if (DEP == 1) oj_grid_dep();
-            else oj_grid_wait();
-            waited = true;
-            t_wait = global_ns();
-        }
-        x ^= xor_round<LU>(v);
-        if (t_first == 0) t_first = global_ns_after(x);
-    }
-    if (!waited) {  // a CTA with no share still keeps the kernel's order
-        if (DEP == 1) oj_grid_dep();
-        else oj_grid_wait();
-        t_wait = global_ns();
-    }
-    __syncthreads();  // every thread's rounds consumed
-    if (threadIdx.x == 0) {
-        unsigned sm;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        unsigned long long* mine = stamps + ((size_t)launch * gridDim.x + blockIdx.x) * STAMPS;
-        mine[0] = t_entry;
-        mine[1] = t_wait;
-        mine[2] = t_first ? t_first : t_wait;
-        mine[3] = global_ns_after(x);
-        mine[4] = sm;
-    }
-    if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
-}
+// `flat_loads`, which takes the stamps itself.
+// Measured (bench/NOTES.md v54a-b): the dependency is ~0.42 us a boundary; the spread of the
+// CTAs' ends is the cost (1.6 ms of the engine's one-row kernel over the 432 Q4_K products,
+// 0.36 ms of `flat`'s).
 
 // X carries the stamps and ldx the product's launch index
 #define STAMPED_KERNEL(NAME, DEP) \
-    PRODUCT_PROBE((32 * MM_NW), NAME, flat_stamped<DEP>(p0, rows, cols, (unsigned long long*)X, ldx, Y, R))
+    PRODUCT_PROBE((32 * MM_NW), NAME, flat_loads<DEP, true>(p0, rows, cols, Y, R, (unsigned long long*)X, ldx))
 STAMPED_KERNEL(flat_stamped, 1)
 STAMPED_KERNEL(flat_stamped_nodep, 0)
 
