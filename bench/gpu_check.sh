@@ -53,6 +53,8 @@
 #                                    per-CTA timer stamps: a launch boundary's parts (~2 min)
 #   tail                             bench/tma_probe.py --set tail: the one-row kernel with each
 #                                    product's last partial wave on 8- or 16-warp CTAs (~1 min)
+#   shares                           bench/tma_probe.py --set shares: the one-row kernel on equal
+#                                    runs of super-blocks per warp of a persistent grid (~1 min)
 #   int8                             bench/tma_probe.py --set int8: the one-row Q4_K product on
 #                                    integer mma, activations as two int8 parts (~2 min)
 #   chain                            bench/chain_probe.py: a step's Q4_K products in one persistent
@@ -269,7 +271,7 @@ if [ "$MODE" = probes ]; then  # both probes of the integer / persistent questio
   bash "$0" probe; bash "$0" chain
   exit $?
 fi
-case "$MODE" in tma | ablation | launch | stage | steal | walk | ring | anatomy | tail | int8)  # tma_probe.py's sets, named as the modes
+case "$MODE" in tma | ablation | launch | stage | steal | walk | ring | anatomy | tail | shares | int8)  # tma_probe.py's sets, named as the modes
   rows=$(case "$MODE" in tma | int8) echo "${ROWS:-1,4}" ;; *) echo 1 ;; esac)
   stamps=$([ "$MODE" = anatomy ] && echo "--stamps $OUT/anatomy_stamps.npz")
   timeout "${PROBE_S:-300}" python3 bench/tma_probe.py --set "$MODE" --rows "$rows" --json "$OUT/$MODE.json" \

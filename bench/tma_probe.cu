@@ -462,6 +462,69 @@ TAIL_KERNEL(rows_abl_tail16, 16, 1, 1)
 TAIL_KERNEL(rows_abl_tail4s2, 4, 2, MM_MINB1)  // bulk-sized CTAs, two per tile
 TAIL_KERNEL(rows_abl_tail4s4, 4, 4, MM_MINB1)  // four per tile
 
+// ---- Equal shares (--set shares): the one-row Q4_K product on a persistent grid whose warps take
+// equal runs of the product's (tile, super-block) sequence, so every warp ends within one
+// super-block of the others (v54b: the engine's grid of one CTA per tile loses its tail, the
+// spread of its CTAs' ends, ~one CTA's time). Each super-block's sum starts from zero and is kept
+// in `part` (16 floats: its tile's rows, one activation row); a warp ending its run inside a
+// tile adds its count of super-blocks to the tile's counter, and the warp that completes the
+// tile adds the tile's super-blocks in order. A new sum order (per super-block, then in K
+// order): its bits are not the engine's, and the gemm would have to share it.
+//   part: f32 [tiles * nsb][16]; count: u32 [tiles], zero (each completing warp zeroes its own)
+extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
+    rows_shares(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,
+                float* part, unsigned* count) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+    const int nsb = cols >> 8, nrows = min(1, R);
+    const long tiles = (rows + 15) / 16, F = tiles * nsb, warps = (long)gridDim.x * MM_NW;
+    const long gw = (long)blockIdx.x * MM_NW + warp, f0 = gw * F / warps, f1 = (gw + 1) * F / warps;
+    const WDesc W = {p0, nullptr, nullptr, nullptr, rows, cols};
+    auto load_at = [&](FragQ4K (&f)[2], long fi) {
+        const int row0 = (int)(fi / nsb) * 16, sb = (int)(fi % nsb);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) abl_load<0>(f[h], W, min(row0 + 8 * h + gid, rows - 1), sb, t);
+    };
+    uint4 ind[4] = {};
+    uint2 ind8[4] = {};
+    long seg0 = f0;  // the first super-block of this warp's run in the current tile
+    auto run = [&](FragQ4K (&f)[2], long fi) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        abl_superblock<0>(f, acc, X, ldx, (int)(fi % nsb), nrows, gid, t, ind, ind8);
+        if (t == 0) {  // activation row 0: rows gid and gid + 8 of the tile
+            part[fi * 16 + gid] = acc[0];
+            part[fi * 16 + 8 + gid] = acc[2];
+        }
+        if (fi + 1 == f1 || (fi + 1) % nsb == 0) {  // the run leaves this tile
+            const long tile = fi / nsb;
+            __syncwarp();
+            __threadfence();  // the partial sums before the count
+            unsigned done = 0;
+            if (lane == 0) done = atomicAdd(count + tile, (unsigned)(fi + 1 - seg0)) + (unsigned)(fi + 1 - seg0);
+            done = __shfl_sync(0xFFFFFFFFu, done, 0);
+            if (done == (unsigned)nsb) {  // every super-block of the tile is in: add them in order
+                __threadfence();
+                if (lane < 16 && tile * 16 + lane < rows) {
+                    float sum = 0.0f;
+                    for (int k = 0; k < nsb; ++k) sum += __ldcg(part + (tile * nsb + k) * 16 + lane);
+                    Y[tile * 16 + lane] = sum;
+                }
+                if (lane == 0) count[tile] = 0;  // for the next launch
+            }
+            seg0 = fi + 1;
+        }
+    };
+    FragQ4K fa[2], fb[2];
+    if (f0 < f1) load_at(fa, f0);
+    oj_grid_dep();
+    for (long fi = f0; fi < f1; fi += 2) {  // wmat_rows's turns over the run
+        if (fi + 1 < f1) load_at(fb, fi + 1);
+        run(fa, fi);
+        if (fi + 1 >= f1) break;
+        if (fi + 2 < f1) load_at(fa, fi + 2);
+        run(fb, fi + 1);
+    }
+}
+
 // the same, stamped (--set anatomy): four more arguments, the stamps, the launch's slot among
 // them, the stamps' CTAs per launch
 #define ABL_STAMPED_KERNEL(NAME, FLAGS)                                                            \

@@ -39,6 +39,10 @@ wave of tiles run by CTAs of 8 or 16 warps splitting K, or by 2 or 4 CTAs of 4 w
 a shorter chain each (a timing bound: those CTAs' sums are not the engine's; is the tail v54b
 measured worth a new sum order?).
 
+With --set shares: the one-row kernel on a persistent grid whose warps take equal runs of each
+product's (tile, super-block) sequence, each super-block summed apart and a tile's sums added in
+K order by the warp that completes it (a new sum order; is an equal share worth it?).
+
 With --set int8: the one-row Q4_K product on integer mma, the activation row as two int8 parts
 (would an integer design take the arithmetic off the one-row step?).
 
@@ -47,7 +51,7 @@ the ablations give no products and are not checked), (2) per row count the time 
 of all Q4_K products, each way, with the achieved TB/s against the read bandwidth measured in
 the same run.
 
-    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|anatomy|tail|int8] [--rows 1,4] [--giant-gb 2] [--json F] [--stamps F]
+    python bench/tma_probe.py [--set tma|ablation|launch|stage|steal|walk|ring|anatomy|tail|shares|int8] [--rows 1,4] [--giant-gb 2] [--json F] [--stamps F]
 """
 
 from __future__ import annotations
@@ -141,6 +145,11 @@ TAIL = {
     1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0), ("rows_abl_tail4s2", 0),
         ("rows_abl_tail4s4", 0)],
 }  # fmt: skip
+# --set shares (tma_probe.cu rows_shares): the one-row kernel on equal runs of (tile, super-block)
+# per warp of a persistent grid, beside the engine's grid and `flat`'s loads alone
+SHARES = {1: [("rows_abl_all", 0), ("rows_shares", 4), ("flat", 4)]}
+SHARES_PART = 1 << 23  # floats of rows_shares's per-super-block sums (16 per super-block)
+SHARES_TILES = 1 << 16  # its tile counters
 STAMPS = 5  # tma_probe.cu STAMPS: entry, wait returned, first round in, end, SM
 # the CTAs whose stamps one stamped kernel's buffer holds: every launch of a run, one after another
 STAMP_CTAS = 1 << 20
@@ -173,7 +182,7 @@ INT8 = {
 }  # fmt: skip
 SETS = {
     "tma": VARIANTS, "ablation": ABLATION, "launch": LAUNCH, "stage": STAGE, "steal": STEAL,
-    "walk": WALK, "ring": RING, "anatomy": ANATOMY, "tail": TAIL, "int8": INT8,
+    "walk": WALK, "ring": RING, "anatomy": ANATOMY, "tail": TAIL, "shares": SHARES, "int8": INT8,
 }  # fmt: skip
 
 
@@ -329,6 +338,9 @@ class Probe:
             if k.endswith("_stamped") or "_stamped_" in k
         }
         self.stamp_slots: dict[str, dict[int, tuple[int, int]]] = {}
+        shares = any(k == "rows_shares" for vs in variants.values() for k, _ in vs)
+        self.shares_part = cp.zeros(SHARES_PART if shares else 1, dtype=cp.float32)
+        self.shares_count = cp.zeros(SHARES_TILES if shares else 1, dtype=cp.uint32)
         # (int8_form_name, id(x)) -> (x, int8_rows of that form: the buffer, a row's bytes)
         self.int8_rows: dict[tuple[str, int], tuple[Any, Any, int]] = {}
 
@@ -400,6 +412,17 @@ class Probe:
             _, xh, size = self.int8_rows[form, id(x)]
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R), *stamps)
+        if kernel == "rows_shares":  # a persistent grid, its sums and counters
+            tiles_all = -(-w.rows // 16)
+            if (
+                tiles_all * (w.cols // 256) * 16 > self.shares_part.size
+                or tiles_all > self.shares_count.size
+            ):
+                raise ValueError("tma_probe: rows_shares's scratch is too small for this weight")
+            self.fns[kernel](
+                (per_sm * self.sms,), (THREADS,), (*args, self.shares_part, self.shares_count)
+            )
+            return
         if kernel.startswith("rows_abl_tail"):  # the bulk on rows_abl_all, the last wave here
             wave = 4 * self.sms  # rows_abl_all's CTAs resident at once
             tail = tiles % wave if tiles > wave else 0
