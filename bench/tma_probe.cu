@@ -483,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     // (tile, super-block) positions advance one at a time: no division per super-block (v30b: a
     // division and a remainder on the path to each load's address cost 17 %)
     int lt = (int)(f0 / nsb), ls = (int)(f0 % nsb);  // the next load's
-    int rt = lt, rs = ls, seg = 0;                     // the next sum's; its tile's count so far
+    int rt = lt, rs = ls;                              // the next sum's
     auto load_next = [&](FragQ4K (&f)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) abl_load<0>(f[h], W, min(lt * 16 + 8 * h + gid, rows - 1), ls, t);
@@ -491,43 +491,54 @@ extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     };
     uint4 ind[4] = {};
     uint2 ind8[4] = {};
-    auto run = [&](FragQ4K (&f)[2], bool last) {
+    // the run tile by tile: inside a tile the engine's loop (two buffers taking turns, each
+    // super-block's sum stored), and between tiles the count; the next tile's first super-block
+    // is asked for before the count, so the loads do not stop there
+    auto sum_store = [&](FragQ4K (&f)[2], int sb, int tile) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        abl_superblock<0>(f, acc, X, ldx, rs, nrows, gid, t, ind, ind8);
-        float* mine = part + ((long)rt * nsb + rs) * 16;
+        abl_superblock<0>(f, acc, X, ldx, sb, nrows, gid, t, ind, ind8);
         if (t == 0) {  // activation row 0: rows gid and gid + 8 of the tile
+            float* mine = part + ((long)tile * nsb + sb) * 16;
             mine[gid] = acc[0];
             mine[8 + gid] = acc[2];
         }
-        ++seg;
-        if (last || rs + 1 == nsb) {  // the run leaves this tile
-            __syncwarp();
-            __threadfence();  // the sums before the count
-            unsigned done = 0;
-            if (lane == 0) done = atomicAdd(count + rt, (unsigned)seg) + (unsigned)seg;
-            done = __shfl_sync(0xFFFFFFFFu, done, 0);
-            if (done == (unsigned)nsb) {  // every super-block of the tile is in: add them in order
-                __threadfence();
-                if (lane < 16 && rt * 16 + lane < rows) {
-                    float sum = 0.0f;
-                    for (int k = 0; k < nsb; ++k) sum += __ldcg(part + ((long)rt * nsb + k) * 16 + lane);
-                    Y[rt * 16 + lane] = sum;
-                }
-                if (lane == 0) count[rt] = 0;  // for the next launch
-            }
-            seg = 0;
-        }
-        if (++rs == nsb) rs = 0, ++rt;
     };
     FragQ4K fa[2], fb[2];
     if (n > 0) load_next(fa);
     oj_grid_dep();
-    for (int i = 0; i < n; i += 2) {  // wmat_rows's turns over the run
-        if (i + 1 < n) load_next(fb);
-        run(fa, i + 1 == n);
-        if (i + 1 >= n) break;
-        if (i + 2 < n) load_next(fa);
-        run(fb, i + 2 == n);
+    int left = n;
+    while (left > 0) {
+        const int tile = rt, s0 = rs, m = min(left, nsb - rs);  // this tile's part of the run
+        for (int i = 0; i < m; i += 2) {
+            if (i + 1 < m) load_next(fb);
+            else if (left > m) load_next(fb);  // the next tile's first, ahead of the count
+            sum_store(fa, s0 + i, tile);
+            if (i + 1 >= m) break;
+            if (i + 2 < m || left > m) load_next(fa);
+            sum_store(fb, s0 + i + 1, tile);
+        }
+        __syncwarp();
+        __threadfence();  // the sums before the count
+        unsigned done = 0;
+        if (lane == 0) done = atomicAdd(count + tile, (unsigned)m) + (unsigned)m;
+        done = __shfl_sync(0xFFFFFFFFu, done, 0);
+        if (done == (unsigned)nsb) {  // every super-block of the tile is in: add them in order
+            __threadfence();
+            if (lane < 16 && tile * 16 + lane < rows) {
+                float sum = 0.0f;
+                for (int k = 0; k < nsb; ++k) sum += __ldcg(part + ((long)tile * nsb + k) * 16 + lane);
+                Y[tile * 16 + lane] = sum;
+            }
+            if (lane == 0) count[tile] = 0;  // for the next launch
+        }
+        // the next tile's first super-block is in fb if m was odd, else in fa
+        if (m & 1) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) fa[h] = fb[h];
+        }
+        left -= m;
+        rt = tile + 1;
+        rs = 0;
     }
 }
 
