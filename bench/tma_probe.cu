@@ -471,6 +471,10 @@ TAIL_KERNEL(rows_abl_tail4s4, 4, 4, MM_MINB1)  // four per tile
 // tile adds the tile's super-blocks in order. A new sum order (per super-block, then in K
 // order): its bits are not the engine's, and the gemm would have to share it.
 //   part: f32 [tiles * nsb][16]; count: u32 [tiles], zero (each completing warp zeroes its own)
+// Measured (bench/NOTES.md v54g-h, H100): its first two forms (one loop over the whole run, the
+// count inside it; with and without a division per super-block) were 22 % and 14 % slower than
+// rows_abl_all over the 432 Q4_K products, and 30-40 % slower on one 1 GB matrix, where no tail
+// is left to win. This third form (the engine's loop inside each tile) has NOT RUN on a GPU.
 extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     rows_shares(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,
                 float* part, unsigned* count) {
