@@ -481,8 +481,8 @@ def check(probe: Probe) -> dict[str, float]:
 
 def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any]:
     """What the launch boundaries of one replay are made of. stamps: per launch, in the graph's
-    order, its CTAs' stamps [C_i][STAMPS] (tma_probe.cu flat_stamped: entry, wait returned, first
-    round in, end, SM; ns; C_i may differ between launches), nbytes each launch's weight bytes,
+    order, its CTAs' stamps [C_i][STAMPS] (tma_probe.cu's stamped kernels: entry, wait returned,
+    first round in, end, SM; ns; C_i may differ between launches), nbytes each launch's weight bytes,
     bw the read bandwidth (bytes/s).
 
     The replay's span (first wait returned -> last end) is split exactly, launch by launch, into
