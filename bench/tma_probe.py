@@ -479,11 +479,41 @@ def check(probe: Probe) -> dict[str, float]:
     return out
 
 
+def _us(v: Any) -> float | None:
+    """ns -> us, 3 decimals (None for an empty value)."""
+    return round(float(v) / 1e3, 3) if np.size(v) else None
+
+
+def _sm_lateness(sm: list[Any], end: list[Any], end_med: Any) -> dict[str, Any]:
+    """How far each SM's CTAs end after their launch's median, and whether the same SMs are late
+    launch after launch (boundary_anatomy's last three keys)."""
+    n_sm = max(int(s.max()) for s in sm) + 1
+    per_sm = np.zeros((len(sm), n_sm))
+    for i, (s, e) in enumerate(zip(sm, end, strict=True)):
+        sums = np.bincount(s, weights=e - end_med[i], minlength=n_sm)
+        per_sm[i] = sums / np.maximum(np.bincount(s, minlength=n_sm), 1)
+    mean_late = per_sm.mean(axis=0)
+    centred = per_sm - per_sm.mean(axis=1, keepdims=True)
+    norms = np.linalg.norm(centred, axis=1)
+    dots = (centred[1:] * centred[:-1]).sum(axis=1) / np.maximum(norms[1:] * norms[:-1], 1e-9)
+    last_sm = np.array([s[e.argmax()] for s, e in zip(sm, end, strict=True)])
+    worst = np.argsort(mean_late)[::-1][:8]
+    return {
+        "sm_lateness_us": {
+            "std": _us(mean_late.std()),
+            "worst": {int(k): _us(mean_late[k]) for k in worst},
+            "best": _us(mean_late.min()),
+        },
+        "lateness_corr": round(float(dots.mean()), 3) if dots.size else None,
+        "last_on_worst8": round(float(np.isin(last_sm, worst).mean()), 3),
+    }
+
+
 def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any]:
     """What the launch boundaries of one replay are made of. stamps: per launch, in the graph's
     order, its CTAs' stamps [C_i][STAMPS] (tma_probe.cu's stamped kernels: entry, wait returned,
-    first round in, end, SM; ns; C_i may differ between launches), nbytes each launch's weight bytes,
-    bw the read bandwidth (bytes/s).
+    first round in, end, SM; ns; C_i may differ between launches), nbytes each launch's weight
+    bytes, bw the read bandwidth (bytes/s).
 
     The replay's span (first wait returned -> last end) is split exactly, launch by launch, into
     `dependency` (the predecessor's last end -> this launch's first wait returned), `stream`
@@ -510,64 +540,35 @@ def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any
     dependency = np.concatenate([[0.0], wait_min[1:] - end_max[:-1]])
     stream = end_med - wait_min
     tail = end_max - end_med
-    span = float(end_max[-1] - wait_min[0])
-    n_sm = max(int(s.max()) for s in sm) + 1
-    per_sm = np.zeros((len(t), n_sm))
-    for i in range(len(t)):
-        sums = np.bincount(sm[i], weights=end[i] - end_med[i], minlength=n_sm)
-        counts = np.bincount(sm[i], minlength=n_sm)
-        per_sm[i] = sums / np.maximum(counts, 1)
-    mean_late = per_sm.mean(axis=0)
-    centred = per_sm - per_sm.mean(axis=1, keepdims=True)
-    norms = np.linalg.norm(centred, axis=1)
-    dots = (centred[1:] * centred[:-1]).sum(axis=1) / np.maximum(norms[1:] * norms[:-1], 1e-9)
-    last_sm = np.array([s[e.argmax()] for s, e in zip(sm, end, strict=True)])
-    # per grid size (the products of one shape): launches and mean us of each part
     ctas = np.array([len(a) for a in t])
     whole = np.diff(np.concatenate([[wait_min[0]], end_max]))  # each launch's share of the span
-    by_grid = {
-        int(n): {
-            "launches": int((ctas == n).sum()),
-            "share_us": round(float(whole[ctas == n].mean()) / 1e3, 3),
-            "tail_us": round(float(tail[ctas == n].mean()) / 1e3, 3),
-            "floor_us": round(float(ideal[ctas == n].mean()) / 1e3, 3),
-        }
-        for n in sorted(set(ctas.tolist()))
-    }
-    worst = np.argsort(mean_late)[::-1][:8]
-
-    def us(v: Any) -> float | None:
-        return round(float(v) / 1e3, 3) if np.size(v) else None
-
-    def median(v: Any) -> Any:
-        return np.median(v) if np.size(v) else np.array([])
-
+    first_round = per(np.median, [f - w for f, w in zip(first, wait, strict=True)])
     return {
         "launches": len(t),
-        "span_ms": round(span / 1e6, 4),
+        "span_ms": round(float(end_max[-1] - wait_min[0]) / 1e6, 4),
         "floor_ms": round(float(ideal.sum()) / 1e6, 4),
         "dependency_ms": round(float(dependency.sum()) / 1e6, 4),
         "stream_ms": round(float(stream.sum()) / 1e6, 4),
         "tail_ms": round(float(tail.sum()) / 1e6, 4),
         "per_launch_us": {
-            "dependency_median": us(median(dependency[1:])),
-            "tail_median": us(np.median(tail)),
-            "tail90_median": us(np.median(end_max - end_p90)),
-            "stream_over_floor_median": us(np.median(stream - ideal)),
-            "wait_spread_median": us(np.median(wait_max - wait_min)),
-            "first_round_after_wait_median": us(
-                np.median(per(np.median, [f - w for f, w in zip(first, wait, strict=True)]))
-            ),
-            "resident_before_wait_median": us(np.median(wait_min - per(np.median, entry))),
+            "dependency_median": _us(np.median(dependency[1:]) if len(t) > 1 else []),
+            "tail_median": _us(np.median(tail)),
+            "tail90_median": _us(np.median(end_max - end_p90)),
+            "stream_over_floor_median": _us(np.median(stream - ideal)),
+            "wait_spread_median": _us(np.median(wait_max - wait_min)),
+            "first_round_after_wait_median": _us(np.median(first_round)),
+            "resident_before_wait_median": _us(np.median(wait_min - per(np.median, entry))),
         },
-        "sm_lateness_us": {
-            "std": us(mean_late.std()),
-            "worst": {int(k): us(mean_late[k]) for k in worst},
-            "best": us(mean_late.min()),
+        **_sm_lateness(sm, end, end_med),
+        "by_grid": {  # per grid size (the products of one shape): mean us of each part
+            int(n): {
+                "launches": int((ctas == n).sum()),
+                "share_us": round(float(whole[ctas == n].mean()) / 1e3, 3),
+                "tail_us": round(float(tail[ctas == n].mean()) / 1e3, 3),
+                "floor_us": round(float(ideal[ctas == n].mean()) / 1e3, 3),
+            }
+            for n in sorted(set(ctas.tolist()))
         },
-        "lateness_corr": round(float(dots.mean()), 3) if dots.size else None,
-        "by_grid": by_grid,
-        "last_on_worst8": round(float(np.isin(last_sm, worst).mean()), 3),
     }
 
 
