@@ -142,6 +142,17 @@ OJ_DEV unsigned long long global_ns_after(u32 dep) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep));
     return t;
 }
+// A CTA's stamps stored at `at` (its own STAMPS slots), with its SM; t_first 0: no round ran.
+OJ_DEV void store_stamps(unsigned long long* at, unsigned long long t_entry, unsigned long long t_wait,
+                         unsigned long long t_first, unsigned long long t_end) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    at[0] = t_entry;
+    at[1] = t_wait;
+    at[2] = t_first ? t_first : t_wait;
+    at[3] = t_end;
+    at[4] = sm;
+}
 #define WALK_PROBE(NAME, ...)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * MM_NW)                                      \
         NAME(const long long* mats, int n_mats, unsigned* done, int* failed, float* Y) {          \
@@ -320,13 +331,13 @@ OJ_DEV void abl_superblock(FragQ4K (&f)[2], float (&acc)[4], const void* __restr
     }
 }
 
-// STAMP (--set anatomy): the CTA stamps the global timer as flat_loads<DEP, true> does, at
-// [launch][its tile] of `stamps` (u64 [launches][stamp_ctas][STAMPS]); the first round is the
-// warp's first super-block multiplied.
+// STAMP (--set anatomy): the CTA stamps the global timer as flat_loads<DEP, true> does, at its
+// tile of `stamps` (u64 [tiles][STAMPS]: this launch's); the first round is the warp's first
+// super-block multiplied.
 template <int FLAGS, bool STAMP = false>
 OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* __restrict__ X,
                      int ldx, float* __restrict__ Y, int ldy, int R,
-                     unsigned long long* stamps = nullptr, int launch = 0, int stamp_ctas = 0) {
+                     unsigned long long* stamps = nullptr) {
     __shared__ float red[MM_NW * 4 * 32];
     unsigned long long t_entry = 0, t_wait = 0, t_first = 0;
     if (STAMP) t_entry = global_ns();
@@ -364,16 +375,7 @@ OJ_DEV void abl_rows(const u8* __restrict__ p0, int rows, int cols, const void* 
     reduce_store<1, 1>(red, acc, rows, Y, ldy, row0, 0, nrows, R, MM_STORE);
     if (STAMP) {
         __syncthreads();  // every warp's share summed and stored
-        if (threadIdx.x == 0) {
-            unsigned sm;
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-            unsigned long long* mine = stamps + ((size_t)launch * stamp_ctas + blockIdx.y) * STAMPS;
-            mine[0] = t_entry;
-            mine[1] = t_wait;
-            mine[2] = t_first ? t_first : t_wait;
-            mine[3] = global_ns();
-            mine[4] = sm;
-        }
+        if (threadIdx.x == 0) store_stamps(stamps + blockIdx.y * STAMPS, t_entry, t_wait, t_first, global_ns());
     }
 }
 
@@ -393,13 +395,26 @@ ABL_KERNEL(rows_abl_split, ABL_CHEAP_GET | ABL_MIN_MMA)
 ABL_KERNEL(rows_abl_split_noprep, ABL_CHEAP_GET | ABL_MIN_MMA | ABL_NO_PREP)
 ABL_KERNEL(rows_abl_split_k8, ABL_CHEAP_GET | ABL_MIN_K8)
 ABL_KERNEL(rows_abl_split_sums, ABL_CHEAP_GET | ABL_SUM_MMA)
+ABL_KERNEL(rows_abl_split_s1688, ABL_CHEAP_GET | ABL_S1688)
+// the same, stamped (--set anatomy): one more argument, this launch's stamps
+#define ABL_STAMPED_KERNEL(NAME, FLAGS)                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
+        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,  \
+             unsigned long long* stamps) {                                                        \
+        abl_rows<FLAGS, true>(p0, rows, cols, X, ldx, Y, ldy, R, stamps);                         \
+    }
+ABL_STAMPED_KERNEL(rows_abl_all_stamped, 0)
+ABL_STAMPED_KERNEL(rows_abl_loads_stamped, ABL_NO_DEQ | ABL_NO_MMA)
+
 // ---- Tail split (--set tail): a timing bound for shorter chains in a product's last partial wave.
 // v54b's stamps put a wide product's whole excess over its bytes' floor in its tail: the last
 // partial wave of CTAs, each a chain of nsb / 4 super-blocks per warp. rows_abl_tail* run a
 // product's last tiles (tile0 + grid y / SPLIT) with NWT x SPLIT warps splitting K, a chain
-// NWT x SPLIT / 4 times shorter; the tiles before them run rows_abl_all (tma_probe.py). Its sums are not the engine's
-// (NWT classes), so it times, it does not compute the product; an engine form would need the
-// bulk's warps to keep NWT classes too (two accumulators each at NWT = 8) for the same bits.
+// NWT x SPLIT / 4 times shorter; the tiles before them run rows_abl_all (tma_probe.py). Their
+// sums are not the engine's (NWT x SPLIT classes), so they time, they do not compute the
+// product; an engine form would need the bulk's warps to keep as many classes (two
+// accumulators each at 8) for the same bits.
+// Measured (bench/NOTES.md v54d-f, H100): 0.03-0.21 ms off ~6.0 ms over the 432 Q4_K products.
 // The dependency: it is scheduled only once every CTA of the bulk launch before it has passed
 // its wait (so the product's inputs are complete) and it waits for that launch only at its end,
 // so it overlaps the bulk's last wave and the next product still sees the whole product done.
@@ -546,17 +561,6 @@ extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     }
 }
 
-// the same, stamped (--set anatomy): four more arguments, the stamps, the launch's slot among
-// them, the stamps' CTAs per launch
-#define ABL_STAMPED_KERNEL(NAME, FLAGS)                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)                            \
-        NAME(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,  \
-             unsigned long long* stamps, int launch, int stamp_ctas) {                            \
-        abl_rows<FLAGS, true>(p0, rows, cols, X, ldx, Y, ldy, R, stamps, launch, stamp_ctas);      \
-    }
-ABL_STAMPED_KERNEL(rows_abl_all_stamped, 0)
-ABL_STAMPED_KERNEL(rows_abl_loads_stamped, ABL_NO_DEQ | ABL_NO_MMA)
-ABL_KERNEL(rows_abl_split_s1688, ABL_CHEAP_GET | ABL_S1688)
 
 // ---- Launch boundaries (--set launch): the weight loads alone, without the engine's tiles. Each
 // CTA streams an equal contiguous share of the matrix's bytes (gridDim.x CTAs, whatever the
@@ -597,7 +601,7 @@ OJ_DEV u32 xor_round(const uint4 (&v)[LU]) {
 // stamp after the wait let ptxas put the wait before the first round's loads)
 template <int DEP, bool STAMP = false>
 OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __restrict__ Y, int R,
-                       unsigned long long* stamps = nullptr, int launch = 0) {
+                       unsigned long long* stamps = nullptr) {
     constexpr int LU = 8;
     unsigned long long t_entry = 0, t_wait = 0, t_first = 0;
     if constexpr (STAMP) t_entry = t_wait = global_ns();
@@ -629,16 +633,7 @@ OJ_DEV void flat_loads(const u8* __restrict__ p0, int rows, int cols, float* __r
     }
     if constexpr (STAMP) {
         __syncthreads();  // every thread's rounds consumed
-        if (threadIdx.x == 0) {
-            unsigned sm;
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-            unsigned long long* mine = stamps + ((size_t)launch * gridDim.x + blockIdx.x) * STAMPS;
-            mine[0] = t_entry;
-            mine[1] = t_wait;
-            mine[2] = t_first ? t_first : t_wait;
-            mine[3] = global_ns_after(x);
-            mine[4] = sm;
-        }
+        if (threadIdx.x == 0) store_stamps(stamps + blockIdx.x * STAMPS, t_entry, t_wait, t_first, global_ns_after(x));
     }
     if (x == 0x9E3779B9u && R < 0) Y[0] = (float)x;  // never (R > 0): keeps the loads
 }
@@ -755,17 +750,16 @@ STEAL_KERNEL(steal, 1)
 // (the dependency itself), and the successor's first round. Why: the loads alone lose a quarter
 // of the floor to the boundaries (v34a: flat p4 1.26x ordered, 1.02x unordered), every way of
 // keeping the dependency measured since costs as much (v34g-v35e), and no probe has yet said
-// which part of the boundary the time goes to. stamps: u64 [launch][CTA][STAMPS] = entry, the
-// wait returned, the first round's data consumed by thread 0, every thread's loads consumed
-// (after a block barrier), the SM; `launch` the product's slot in the graph. DEP as
-// `flat_loads`, which takes the stamps itself.
+// which part of the boundary the time goes to. stamps: u64 [CTA][STAMPS] of this launch = entry,
+// the wait returned, the first round's data consumed by thread 0, every thread's loads consumed
+// (after a block barrier), the SM. DEP as `flat_loads`, which takes the stamps itself.
 // Measured (bench/NOTES.md v54a-b): the dependency is ~0.42 us a boundary; the spread of the
 // CTAs' ends is the cost (1.6 ms of the engine's one-row kernel over the 432 Q4_K products,
 // 0.36 ms of `flat`'s).
 
-// X carries the stamps and ldx the product's launch index
+// X carries this launch's stamps
 #define STAMPED_KERNEL(NAME, DEP) \
-    PRODUCT_PROBE((32 * MM_NW), NAME, flat_loads<DEP, true>(p0, rows, cols, Y, R, (unsigned long long*)X, ldx))
+    PRODUCT_PROBE((32 * MM_NW), NAME, flat_loads<DEP, true>(p0, rows, cols, Y, R, (unsigned long long*)X))
 STAMPED_KERNEL(flat_stamped, 1)
 STAMPED_KERNEL(flat_stamped_nodep, 0)
 

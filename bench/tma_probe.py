@@ -401,10 +401,10 @@ class Probe:
                 slots[id(w)] = (first, grid)
             first, n = slots[id(w)]
             at = self.stamps[kernel][first : first + n]
-            if kernel.startswith("flat"):  # X: the stamps, ldx: the launch (0: `at` is its own)
-                xh, ldx = at, i32(0)
-            else:  # the engine-shaped kernels: three more arguments
-                stamps = (at, i32(0), i32(n))
+            if kernel.startswith("flat"):  # X: this launch's stamps
+                xh = at
+            else:  # the engine-shaped kernels: one more argument
+                stamps = (at,)
         if kernel.startswith(INT8_KERNELS):  # their own forms of x's rows, made once per x
             form = int8_form_name(kernel)
             if (form, id(x)) not in self.int8_rows:
