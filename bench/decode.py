@@ -398,6 +398,13 @@ ROW_VARIANTS: list[dict[str, Any]] = [
     {"nw": 8, "min_blocks1": 2, "min_blocks1d": 1, "min_blocks": 1, "min_blocks_few": 1},
     {"nw": 8, "min_blocks1": 2, "min_blocks1d": 1, "min_blocks": 1, "min_blocks_few": 2},
     {"nw": 8, "min_blocks1": 2, "deep_narrow": False, "min_blocks": 1, "min_blocks_few": 2},
+    # the other way (v55): two warps or one splitting K, twice or four times the CTAs per SM
+    # (the same warps per SM and register caps), so each warp's chain over a tile is two or four
+    # times as long: its fixed costs (the first loads' latency, the cross-warp sum) are paid
+    # half or a quarter as often; a new sum order for every kernel alike. Measured (v55c, H100):
+    # 1 / 4 / 12 rows 24 / 20 / 23 % slower with two warps, 75 / 62 / 58 % with one
+    {"nw": 2, "min_blocks1": 8, "min_blocks1d": 6, "min_blocks": 4, "min_blocks_few": 6},
+    {"nw": 1, "min_blocks1": 16, "min_blocks1d": 12, "min_blocks": 8, "min_blocks_few": 12},
 ]
 
 
