@@ -489,7 +489,8 @@ TAIL_KERNEL(rows_abl_tail4s4, 4, 4, MM_MINB1)  // four per tile
 // Measured (bench/NOTES.md v54g-h, H100): its first two forms (one loop over the whole run, the
 // count inside it; with and without a division per super-block) were 22 % and 14 % slower than
 // rows_abl_all over the 432 Q4_K products, and 30-40 % slower on one 1 GB matrix, where no tail
-// is left to win. This third form (the engine's loop inside each tile) has NOT RUN on a GPU.
+// is left to win. This third form (the engine's loop inside each tile; v55a, H200): 17 % slower
+// over the 432 products, 28 % on a 1 GB matrix.
 extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     rows_shares(const u8* p0, int rows, int cols, const void* X, int ldx, float* Y, int ldy, int R,
                 float* part, unsigned* count) {
@@ -753,9 +754,10 @@ STEAL_KERNEL(steal, 1)
 // which part of the boundary the time goes to. stamps: u64 [CTA][STAMPS] of this launch = entry,
 // the wait returned, the first round's data consumed by thread 0, every thread's loads consumed
 // (after a block barrier), the SM. DEP as `flat_loads`, which takes the stamps itself.
-// Measured (bench/NOTES.md v54a-b): the dependency is ~0.42 us a boundary; the spread of the
-// CTAs' ends is the cost (1.6 ms of the engine's one-row kernel over the 432 Q4_K products,
-// 0.36 ms of `flat`'s).
+// Measured (bench/NOTES.md v54a-b, H100): the dependency is ~0.42 us a boundary; the spread of
+// the CTAs' ends is the cost (1.6 ms of the engine's one-row kernel over the 432 Q4_K products,
+// 0.36 ms of `flat`'s). On the H200 (v55b) the same kernel's body (first wait -> median end)
+// takes 1.69x the floor against the H100's 1.23x: there the loop, not the boundary, loses most.
 
 // X carries this launch's stamps
 #define STAMPED_KERNEL(NAME, DEP) \

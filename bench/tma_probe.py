@@ -139,8 +139,7 @@ ANATOMY = {
 }  # fmt: skip
 # --set tail (tma_probe.cu rows_abl_tail*): rows_abl_all with each product's last partial wave
 # (its tiles past a multiple of 4 CTAs per SM, where there are more tiles than that) on CTAs of 8
-# or 16 warps splitting K
-# (v54d: 8 or 16 warps per CTA; v54e: 4 warps, 2 or 4 CTAs per tile, the bulk's CTA size)
+# or 16 warps splitting K (v54d), or on 2 or 4 CTAs of 4 warps per tile, the bulk's CTA size (v54e)
 TAIL = {
     1: [("rows_abl_all", 0), ("rows_abl_tail8", 0), ("rows_abl_tail16", 0), ("rows_abl_tail4s2", 0),
         ("rows_abl_tail4s4", 0)],
