@@ -562,7 +562,6 @@ extern "C" __global__ void __launch_bounds__(32 * MM_NW, MM_MINB1)
     }
 }
 
-
 // ---- Launch boundaries (--set launch): the weight loads alone, without the engine's tiles. Each
 // CTA streams an equal contiguous share of the matrix's bytes (gridDim.x CTAs, whatever the
 // matrix's rows), LU 16-byte loads per thread in flight, their XOR kept alive by a store that

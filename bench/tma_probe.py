@@ -412,10 +412,9 @@ class Probe:
             ldx = i32(size)
         args = (w.planes[0], i32(w.rows), i32(w.cols), xh, ldx, y, i32(y.shape[1]), i32(R), *stamps)
         if kernel == "rows_shares":  # a persistent grid, its sums and counters
-            tiles_all = -(-w.rows // 16)
             if (
-                tiles_all * (w.cols // 256) * 16 > self.shares_part.size
-                or tiles_all > self.shares_count.size
+                tiles * (w.cols // 256) * 16 > self.shares_part.size
+                or tiles > self.shares_count.size
             ):
                 raise ValueError("tma_probe: rows_shares's scratch is too small for this weight")
             self.fns[kernel](
