@@ -560,12 +560,13 @@ def boundary_anatomy(stamps: Any, nbytes: list[int], bw: float) -> dict[str, Any
         **_sm_lateness(sm, end, end_med),
         "by_grid": {  # per grid size (the products of one shape): mean us of each part
             int(n): {
-                "launches": int((ctas == n).sum()),
-                "share_us": round(float(whole[ctas == n].mean()) / 1e3, 3),
-                "tail_us": round(float(tail[ctas == n].mean()) / 1e3, 3),
-                "floor_us": round(float(ideal[ctas == n].mean()) / 1e3, 3),
+                "launches": int(same.sum()),
+                "share_us": _us(whole[same].mean()),
+                "tail_us": _us(tail[same].mean()),
+                "floor_us": _us(ideal[same].mean()),
             }
             for n in sorted(set(ctas.tolist()))
+            for same in [ctas == n]
         },
     }
 
